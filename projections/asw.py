@@ -1,0 +1,247 @@
+"""The actual state of world (ASW): a pure fold of the event log.
+
+The same fold serves the live engine (it applies each envelope as it is
+appended), crash recovery (fold the whole log), and offline replay of a
+copied log (fold up to a `seq` or a time). It reads the transition tables
+from `events.tables` and never imports `transitions`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from events.streams import DEVICE_PREFIX, POD_PREFIX, PODVOL_PREFIX
+from events.tables import DEVICE_FSM, PODVOL_FSM
+from events.types import (
+    DesiredSizeChanged,
+    DeviceAttached,
+    DeviceMounted,
+    DeviceMountUncertain,
+    DeviceUnmounted,
+    Envelope,
+    OperationFailed,
+    OperationStarted,
+    OperationSucceeded,
+    PodAdded,
+    PodRemoved,
+    VolumeMounted,
+    VolumeMountUncertain,
+    VolumeResized,
+    VolumeUnmounted,
+)
+
+
+@dataclass(slots=True)
+class OperationRecord:
+    """The last operation on an entry: what ran, how it ended, what follows."""
+
+    op_id: str
+    operation: str
+    started_us: int
+    status: str = "running"
+    ended_us: int | None = None
+    code: str = ""
+    message: str = ""
+    final: bool | None = None
+    backoff_s: float = 0.0
+
+    @property
+    def retry_at_us(self) -> int | None:
+        """When the executor allows the next try after this failure (None if not failed)."""
+        if self.status != "failed" or self.ended_us is None:
+            return None
+        return self.ended_us + int(self.backoff_s * 1_000_000)
+
+
+@dataclass(slots=True)
+class DeviceState:
+    """One volume on the node: the device FSM state and what is known about it."""
+
+    volume_id: str
+    state: str = DEVICE_FSM.initial
+    version: int = 0
+    plugin: str = ""
+    attachable: bool = False
+    device_path: str = ""
+    device_mount_path: str = ""
+    size_bytes: int | None = None
+    reconstructed: bool = False
+    reason: str = ""
+    since_us: int = 0
+    last_operation: OperationRecord | None = None
+    last_error: OperationRecord | None = None
+
+
+@dataclass(slots=True)
+class PodVolumeState:
+    """One (pod, volume): the pod-volume FSM state and its mount."""
+
+    pod_uid: str
+    volume_name: str
+    volume_id: str = ""
+    state: str = PODVOL_FSM.initial
+    version: int = 0
+    mount_path: str = ""
+    reconstructed: bool = False
+    reason: str = ""
+    since_us: int = 0
+    last_operation: OperationRecord | None = None
+    last_error: OperationRecord | None = None
+
+
+@dataclass(slots=True)
+class Asw:
+    """Devices, pod-volumes, desired pods and the last op per entry, as of `last_seq`."""
+
+    devices: dict[str, DeviceState] = field(default_factory=dict)
+    podvols: dict[tuple[str, str], PodVolumeState] = field(default_factory=dict)
+    desired_pods: dict[str, PodAdded] = field(default_factory=dict)
+    desired_sizes: dict[str, int] = field(default_factory=dict)
+    last_seq: int = 0
+    last_ts: int = 0
+
+    def apply(self, env: Envelope) -> None:
+        """Fold one envelope into the state. Envelopes must come in `seq` order."""
+        self.last_seq = env.seq
+        self.last_ts = env.ts
+        stream = env.stream
+        if stream.startswith(DEVICE_PREFIX):
+            self._apply_device(stream[len(DEVICE_PREFIX) :], env)
+        elif stream.startswith(PODVOL_PREFIX):
+            pod_uid, _, name = stream[len(PODVOL_PREFIX) :].partition("/")
+            self._apply_podvol(pod_uid, name, env)
+        elif stream.startswith(POD_PREFIX):
+            self._apply_desired(env)
+
+    # ----------------------------------------------------------------- kinds
+
+    def _apply_device(self, volume_id: str, env: Envelope) -> None:
+        dev = self.devices.get(volume_id)
+        if dev is None:
+            dev = self.devices[volume_id] = DeviceState(volume_id=volume_id, since_us=env.ts)
+        dev.version = env.version
+        body = env.body
+        if _apply_operation(dev, body, env.ts):
+            return
+        new_state = DEVICE_FSM.next_state(dev.state, env.type)
+        if new_state is not None and new_state != dev.state:
+            dev.state = new_state
+            dev.since_us = env.ts
+        if isinstance(body, DeviceAttached):
+            dev.plugin = body.plugin
+            dev.attachable = body.attachable
+            dev.device_path = body.device_path
+            dev.reconstructed = False
+            dev.reason = ""
+        elif isinstance(body, DeviceMounted):
+            dev.device_mount_path = body.device_mount_path
+            dev.reconstructed = False
+            dev.reason = ""
+        elif isinstance(body, DeviceMountUncertain):
+            dev.reason = body.reason
+            dev.reconstructed = dev.reconstructed or body.reconstructed
+            if body.device_mount_path:
+                dev.device_mount_path = body.device_mount_path
+        elif isinstance(body, DeviceUnmounted):
+            dev.device_mount_path = ""
+            dev.reconstructed = False
+            dev.reason = body.reason
+        elif isinstance(body, VolumeResized):
+            dev.size_bytes = body.size_bytes
+        elif env.type == "DeviceDetached":
+            del self.devices[volume_id]
+
+    def _apply_podvol(self, pod_uid: str, name: str, env: Envelope) -> None:
+        key = (pod_uid, name)
+        pv = self.podvols.get(key)
+        if pv is None:
+            pv = self.podvols[key] = PodVolumeState(
+                pod_uid=pod_uid, volume_name=name, since_us=env.ts
+            )
+        pv.version = env.version
+        body = env.body
+        if _apply_operation(pv, body, env.ts):
+            if isinstance(body, OperationStarted) and body.volume_id:
+                pv.volume_id = body.volume_id
+            return
+        new_state = PODVOL_FSM.next_state(pv.state, env.type)
+        if new_state is not None and new_state != pv.state:
+            pv.state = new_state
+            pv.since_us = env.ts
+        if isinstance(body, VolumeMounted):
+            pv.volume_id = body.volume_id
+            pv.mount_path = body.mount_path
+            pv.reconstructed = False
+            pv.reason = ""
+        elif isinstance(body, VolumeMountUncertain):
+            pv.volume_id = body.volume_id
+            pv.reason = body.reason
+            pv.reconstructed = pv.reconstructed or body.reconstructed
+        elif isinstance(body, VolumeUnmounted):
+            pv.volume_id = body.volume_id
+            pv.reason = body.reason
+            pv.reconstructed = False
+            pv.mount_path = ""
+
+    def _apply_desired(self, env: Envelope) -> None:
+        body = env.body
+        if isinstance(body, PodAdded):
+            self.desired_pods[body.pod_uid] = body
+        elif isinstance(body, PodRemoved):
+            self.desired_pods.pop(body.pod_uid, None)
+        elif isinstance(body, DesiredSizeChanged):
+            self.desired_sizes[body.volume_id] = body.size_bytes
+
+    # --------------------------------------------------------------- queries
+
+    def pod_volumes(self, pod_uid: str) -> list[PodVolumeState]:
+        """Every known pod-volume entry of one pod (any state)."""
+        return [pv for (uid, _), pv in self.podvols.items() if uid == pod_uid]
+
+    def mounted_pods_on(self, volume_id: str) -> list[PodVolumeState]:
+        """Pod-volumes on `volume_id` that are Mounted or Uncertain (may be mounted)."""
+        return [
+            pv
+            for pv in self.podvols.values()
+            if pv.volume_id == volume_id and pv.state != PODVOL_FSM.initial
+        ]
+
+
+def _apply_operation(entry: DeviceState | PodVolumeState, body: object, ts: int) -> bool:
+    """Record an operation event on its entry; True if `body` was one."""
+    if isinstance(body, OperationStarted):
+        entry.last_operation = OperationRecord(
+            op_id=body.op_id, operation=body.operation, started_us=ts
+        )
+        return True
+    if isinstance(body, OperationSucceeded):
+        op = entry.last_operation
+        if op is not None and op.op_id == body.op_id:
+            op.status = "succeeded"
+            op.ended_us = ts
+        return True
+    if isinstance(body, OperationFailed):
+        op = entry.last_operation
+        if op is None or op.op_id != body.op_id:
+            op = entry.last_operation = OperationRecord(
+                op_id=body.op_id, operation=body.operation, started_us=ts
+            )
+        op.status = "failed"
+        op.ended_us = ts
+        op.code = body.code
+        op.message = body.message
+        op.final = body.final
+        op.backoff_s = body.backoff_s
+        entry.last_error = op
+        return True
+    return False
+
+
+def fold(envelopes: Iterable[Envelope], asw: Asw | None = None) -> Asw:
+    """Fold envelopes (in `seq` order) into an ASW, starting empty or from `asw`."""
+    state = asw if asw is not None else Asw()
+    apply = state.apply
+    for env in envelopes:
+        apply(env)
+    return state

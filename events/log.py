@@ -164,8 +164,10 @@ class EventLog:
         readonly: bool = False,
         create: bool = True,
         max_batch: int = 4096,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         self.path = Path(path)
+        self._clock = clock or now_us
         self.readonly = readonly
         self.max_batch = max_batch
         self._lock_fd: int | None = None
@@ -335,7 +337,7 @@ class EventLog:
         return v
 
     def _commit_batch(self, batch: list[_Request | _CursorWrite]) -> None:
-        ts = max(now_us(), self._last_ts)
+        ts = max(self._clock(), self._last_ts)
         cursor_writes = [c for c in batch if isinstance(c, _CursorWrite)]
         seq = self._next_seq
         rows: list[Row] = []

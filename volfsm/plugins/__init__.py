@@ -1,0 +1,1 @@
+"""Volume plugins: the interface the operation executor drives, and its implementations."""

@@ -36,6 +36,8 @@ class VolumeSource(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     access_modes: tuple[str, ...] = ()
     medium: str = ""
     size_limit_bytes: int | None = None
+    node_stage_secret_ref: str = ""  # "namespace/name" of the Secret; volfsm never reads it
+    node_publish_secret_ref: str = ""
 
 
 class DesiredVolume(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -49,6 +51,7 @@ class DesiredVolume(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     claim_name: str = ""
     size_bytes: int | None = None
     read_only: bool = False
+    claim_read_only: bool = False  # the pod's persistentVolumeClaim.readOnly as written
 
 
 class PodAdded(Body, frozen=True, kw_only=True):

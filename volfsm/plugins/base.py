@@ -62,7 +62,9 @@ class VolumeRequest:
     `device_mount_path` is the staging (filesystem) or global map (block)
     path; `mount_path` is the pod's publish path (filesystem) or the pod
     device map path (block). `pod_uid`/`volume_name` are empty for
-    device-level calls (stage, unstage).
+    device-level calls (stage, unstage). `spec_name` is the PV name (the
+    pod's volume name for inline volumes): CSI block paths are named by it.
+    `ephemeral` marks an inline (pod-scoped) volume, which is never staged.
     """
 
     volume_id: str
@@ -75,6 +77,8 @@ class VolumeRequest:
     device_path: str = ""
     device_mount_path: Path | None = None
     mount_path: Path | None = None
+    spec_name: str = ""
+    ephemeral: bool = False
 
 
 @dataclass(frozen=True)

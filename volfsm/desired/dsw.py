@@ -1,0 +1,188 @@
+"""The desired state of world (DSW): which pods want which volumes, at what size.
+
+The DSW's pods are a fold of the desired-state events (`PodAdded`,
+`PodRemoved`, `DesiredSizeChanged`): `observe` applies one, so recovery is
+replaying them. Changes go through a plan: `plan_apply` / `plan_delete_pod`
+validate and return the events to record without touching the DSW; the
+caller records them, feeds the recorded envelopes to `observe`, and then
+`commit_objects` remembers the plan's PVs and PVCs for later applies.
+Plans must be made and recorded one at a time (the engine serialises them).
+
+Indexes keep the reconciler's hot queries cheap: `volume_desired`,
+`is_desired` and `desired_size` are dict lookups, and `volumes_to_mount`
+returns a list rebuilt only after a change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from events.streams import pod_stream
+from events.types import DesiredSizeChanged, DesiredVolume, Envelope, PodAdded, PodRemoved
+from volfsm.desired.errors import InvalidObjectError
+from volfsm.desired.objects import PersistentVolume, PersistentVolumeClaim
+from volfsm.desired.plan import ApplyPlan, ApplyResult, DesiredChange, plan_apply
+from volfsm.desired.resolve import CanServe
+
+__all__ = [
+    "ApplyPlan",
+    "ApplyResult",
+    "DesiredChange",
+    "DesiredStateOfWorld",
+    "InvalidObjectError",
+    "PodVolume",
+]
+
+PodVolume = tuple[PodAdded, DesiredVolume]
+
+
+class DesiredStateOfWorld:
+    """Pods and their volumes as recorded, plus the PVs/PVCs applied so far."""
+
+    def __init__(self, can_serve: CanServe) -> None:
+        self.can_serve = can_serve
+        self.pods: dict[str, PodAdded] = {}
+        self.generation = 0
+        """Bumped by every observed change: a cheap "did anything change" for callers."""
+        self._by_name: dict[tuple[str, str], str] = {}
+        self._entries: dict[tuple[str, str], PodVolume] = {}
+        self._by_volume: dict[str, dict[str, None]] = {}
+        self._sizes: dict[str, int] = {}
+        self._to_mount: list[PodVolume] | None = None
+        self._pvs: dict[str, PersistentVolume] = {}
+        self._pvcs: dict[tuple[str, str], PersistentVolumeClaim] = {}
+
+    # -------------------------------------------------------------- planning
+
+    def plan_apply(self, objects: Sequence[Mapping[str, Any]]) -> ApplyPlan:
+        """Validate every object and plan the events; mutates nothing.
+
+        Raises InvalidObjectError naming the object and field. Applying
+        objects that change nothing gives a plan without changes.
+        """
+        return plan_apply(objects, self, self.can_serve)
+
+    def commit_objects(self, plan: ApplyPlan) -> None:
+        """Remember the plan's PVs and PVCs (after its changes were recorded)."""
+        self._pvs.update(plan.pvs)
+        self._pvcs.update(plan.pvcs)
+
+    def plan_delete_pod(
+        self, *, uid: str | None = None, namespace: str | None = None, name: str | None = None
+    ) -> list[DesiredChange]:
+        """The event removing a pod, by uid or by namespace and name ([] if no such pod)."""
+        if uid is None and (namespace is None or name is None):
+            raise ValueError("give a pod uid, or a namespace and a name")
+        pod = (
+            self.pods.get(uid) if uid is not None else self.pod_by_name(namespace or "", name or "")
+        )
+        if pod is None:
+            return []
+        if namespace is not None and pod.namespace != namespace:
+            return []
+        if name is not None and pod.name != name:
+            return []
+        body = PodRemoved(pod_uid=pod.pod_uid, namespace=pod.namespace, name=pod.name)
+        return [DesiredChange(pod_stream(pod.pod_uid), body)]
+
+    # ------------------------------------------------------------------ fold
+
+    def observe(self, env: Envelope) -> None:
+        """Apply one recorded event; events that are not desired-state ones are ignored."""
+        body = env.body
+        if isinstance(body, PodAdded):
+            self._add(body)
+        elif isinstance(body, PodRemoved):
+            self._remove(body.pod_uid)
+        elif isinstance(body, DesiredSizeChanged):
+            self._sizes[body.volume_id] = body.size_bytes
+            self.generation += 1
+
+    def _add(self, pod: PodAdded) -> None:
+        if pod.pod_uid in self.pods:
+            self._remove(pod.pod_uid)
+        uid = pod.pod_uid
+        self.pods[uid] = pod
+        self._by_name[(pod.namespace, pod.name)] = uid
+        for vol in pod.volumes:
+            self._entries[(uid, vol.name)] = (pod, vol)
+            self._by_volume.setdefault(vol.volume_id, {})[uid] = None
+            if vol.size_bytes is not None:
+                known = self._sizes.get(vol.volume_id)
+                if known is None or vol.size_bytes > known:
+                    self._sizes[vol.volume_id] = vol.size_bytes
+        self._changed()
+
+    def _remove(self, uid: str) -> None:
+        pod = self.pods.pop(uid, None)
+        if pod is None:
+            return
+        key = (pod.namespace, pod.name)
+        if self._by_name.get(key) == uid:
+            del self._by_name[key]
+        for vol in pod.volumes:
+            self._entries.pop((uid, vol.name), None)
+            users = self._by_volume.get(vol.volume_id)
+            if users is not None:
+                users.pop(uid, None)
+                if not users:
+                    del self._by_volume[vol.volume_id]
+                    self._sizes.pop(vol.volume_id, None)
+        self._changed()
+
+    def _changed(self) -> None:
+        self._to_mount = None
+        self.generation += 1
+
+    # --------------------------------------------------------------- queries
+
+    def pod_by_name(self, namespace: str, name: str) -> PodAdded | None:
+        """The pod namespace/name, or None."""
+        uid = self._by_name.get((namespace, name))
+        return self.pods.get(uid) if uid is not None else None
+
+    def volumes_to_mount(self) -> list[PodVolume]:
+        """Every (pod, volume) that should be mounted. Cached: do not mutate the list."""
+        if self._to_mount is None:
+            self._to_mount = list(self._entries.values())
+        return self._to_mount
+
+    def is_desired(self, pod_uid: str, volume_name: str) -> bool:
+        """Whether the pod wants its volume `volume_name`."""
+        return (pod_uid, volume_name) in self._entries
+
+    def desired_volume(self, pod_uid: str, volume_name: str) -> DesiredVolume | None:
+        """The pod's volume `volume_name` as desired, or None."""
+        entry = self._entries.get((pod_uid, volume_name))
+        return entry[1] if entry is not None else None
+
+    def volume_desired(self, volume_id: str) -> bool:
+        """Whether any pod wants the volume."""
+        return volume_id in self._by_volume
+
+    def desired_size(self, volume_id: str) -> int | None:
+        """The size pods want: the latest of PV capacity and DesiredSizeChanged."""
+        return self._sizes.get(volume_id)
+
+    def pods_on_volume(self, volume_id: str) -> list[str]:
+        """UIDs of the pods that want the volume, in the order they were added."""
+        return list(self._by_volume.get(volume_id, ()))
+
+    def persistent_volume(self, name: str) -> PersistentVolume | None:
+        """A PV remembered from an earlier apply, or None."""
+        return self._pvs.get(name)
+
+    def claim(self, namespace: str, name: str) -> PersistentVolumeClaim | None:
+        """A PVC remembered from an earlier apply, or None."""
+        return self._pvcs.get((namespace, name))
+
+    @property
+    def persistent_volumes(self) -> Mapping[str, PersistentVolume]:
+        """The remembered PVs by name."""
+        return self._pvs
+
+    @property
+    def claims(self) -> Mapping[tuple[str, str], PersistentVolumeClaim]:
+        """The remembered PVCs by (namespace, name)."""
+        return self._pvcs

@@ -1,0 +1,252 @@
+"""Resolution: a pod's volumes as `DesiredVolume`s (unique volume ids, plugin sources).
+
+Unique volume ids follow the kubelet: a CSI PV is named by driver and handle
+(shared by every pod using it); inline CSI and emptyDir volumes are
+pod-scoped. An inline CSI volume gets the kubelet's generated handle
+``csi-<sha256(pod uid + volume name)>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Protocol
+
+from events.types import DesiredVolume, PodAdded, VolumeSource
+from volfsm.desired.errors import InvalidObjectError
+from volfsm.desired.objects import (
+    PersistentVolume,
+    PersistentVolumeClaim,
+    Pod,
+    SecretReference,
+    Volume,
+)
+from volfsm.desired.validate import parse_size, pv_size_bytes
+
+PLUGIN_CSI = "kubernetes.io/csi"
+PLUGIN_EMPTY_DIR = "kubernetes.io/empty-dir"
+
+CanServe = Callable[[VolumeSource, str], str | None]
+"""(source, volume mode) -> None if a plugin can serve it, else why not."""
+
+VolumeFingerprint = tuple[object, ...]
+
+
+class ObjectLookup(Protocol):
+    """Where resolution finds claims and volumes (this apply first, then remembered ones)."""
+
+    def claim(self, namespace: str, name: str) -> PersistentVolumeClaim | None:
+        """The claim namespace/name, or None."""
+
+    def volume(self, name: str) -> PersistentVolume | None:
+        """The PersistentVolume `name`, or None."""
+
+
+def csi_volume_id(driver: str, volume_handle: str) -> str:
+    """Unique name of a CSI PV volume: shared by every pod that uses it."""
+    return f"{PLUGIN_CSI}/{driver}^{volume_handle}"
+
+
+def inline_csi_volume_id(driver: str, pod_uid: str, volume_name: str) -> str:
+    """Unique name of an inline CSI volume (pod-scoped)."""
+    return f"{PLUGIN_CSI}/{driver}^{pod_uid}-{volume_name}"
+
+
+def empty_dir_volume_id(pod_uid: str, volume_name: str) -> str:
+    """Unique name of an emptyDir volume (pod-scoped)."""
+    return f"{PLUGIN_EMPTY_DIR}/{pod_uid}-{volume_name}"
+
+
+def ephemeral_volume_handle(pod_uid: str, volume_name: str) -> str:
+    """The handle the kubelet generates for an inline CSI volume."""
+    return "csi-" + hashlib.sha256((pod_uid + volume_name).encode()).hexdigest()
+
+
+def pv_volume_id(pv: PersistentVolume) -> str:
+    """Unique name of a (validated, CSI) PV."""
+    assert pv.spec.csi is not None
+    return csi_volume_id(pv.spec.csi.driver, pv.spec.csi.volume_handle)
+
+
+def secret_ref(ref: SecretReference | None, default_namespace: str = "") -> str:
+    """A secret reference as "namespace/name" ("" if none)."""
+    if ref is None or not ref.name:
+        return ""
+    namespace = ref.namespace or default_namespace
+    return f"{namespace}/{ref.name}" if namespace else ref.name
+
+
+def pv_source(pv: PersistentVolume) -> VolumeSource:
+    """What the CSI plugin needs from a (validated) PV."""
+    csi = pv.spec.csi
+    assert csi is not None
+    return VolumeSource(
+        plugin=PLUGIN_CSI,
+        driver=csi.driver,
+        volume_handle=csi.volume_handle,
+        fs_type=csi.fs_type,
+        mount_options=tuple(pv.spec.mount_options),
+        attributes=dict(csi.volume_attributes),
+        access_modes=tuple(pv.spec.access_modes),
+        node_stage_secret_ref=secret_ref(csi.node_stage_secret_ref),
+        node_publish_secret_ref=secret_ref(csi.node_publish_secret_ref),
+    )
+
+
+def claim_binding_problem(pvc: PersistentVolumeClaim, pv: PersistentVolume) -> tuple[str, str]:
+    """("field", "why") if `pvc` and its bound `pv` disagree, else ("", "")."""
+    ref = pv.spec.claim_ref
+    if ref is not None and ref.name:
+        same = ref.name == pvc.metadata.name and (ref.namespace or "default") == pvc.metadata.ns
+        if same and ref.uid and pvc.metadata.uid and ref.uid != pvc.metadata.uid:
+            same = False
+        if not same:
+            return (
+                "spec.volumeName",
+                f"{pv.label} is bound to claim {ref.namespace or 'default'}/{ref.name}, "
+                f"not {pvc.metadata.ns}/{pvc.metadata.name}",
+            )
+    if pvc.spec.volume_mode != pv.spec.volume_mode:
+        return (
+            "spec.volumeMode",
+            f"volumeMode {pvc.spec.volume_mode} conflicts with {pv.label} "
+            f"volumeMode {pv.spec.volume_mode}",
+        )
+    return ("", "")
+
+
+def _resolve_claim(
+    pod: Pod, volume: Volume, path: str, lookup: ObjectLookup, can_serve: CanServe
+) -> DesiredVolume:
+    src = volume.persistent_volume_claim
+    assert src is not None
+    ns = pod.metadata.ns
+    field = f"{path}.persistentVolumeClaim.claimName"
+    pvc = lookup.claim(ns, src.claim_name)
+    if pvc is None:
+        raise InvalidObjectError(field, f"PersistentVolumeClaim {ns}/{src.claim_name} not found")
+    phase = pvc.status.phase if pvc.status else ""
+    if not pvc.spec.volume_name or phase not in ("", "Bound"):
+        why = f"phase {phase}" if phase not in ("", "Bound") else "spec.volumeName is empty"
+        raise InvalidObjectError(field, f"{pvc.label} is not bound ({why})")
+    pv = lookup.volume(pvc.spec.volume_name)
+    if pv is None:
+        raise InvalidObjectError(
+            field, f"{pvc.label} is bound to PersistentVolume {pvc.spec.volume_name}, not found"
+        )
+    problem_field, problem = claim_binding_problem(pvc, pv)
+    if problem:
+        raise InvalidObjectError(field, f"{pvc.label}: {problem_field}: {problem}")
+    source = pv_source(pv)
+    mode = pv.spec.volume_mode
+    refused = can_serve(source, mode)
+    if refused is not None:
+        raise InvalidObjectError(field, f"{pv.label} (volumeMode {mode}): {refused}")
+    assert pv.spec.csi is not None
+    return DesiredVolume(
+        name=volume.name,
+        volume_id=pv_volume_id(pv),
+        source=source,
+        volume_mode=mode,
+        pv_name=pv.metadata.name,
+        claim_name=src.claim_name,
+        size_bytes=pv_size_bytes(pv),
+        read_only=src.read_only or pv.spec.csi.read_only,
+        claim_read_only=src.read_only,
+    )
+
+
+def _resolve_inline(pod: Pod, volume: Volume, path: str, can_serve: CanServe) -> DesiredVolume:
+    uid = pod.metadata.uid
+    if volume.csi is not None:
+        csi = volume.csi
+        source = VolumeSource(
+            plugin=PLUGIN_CSI,
+            driver=csi.driver,
+            volume_handle=ephemeral_volume_handle(uid, volume.name),
+            fs_type=csi.fs_type,
+            attributes=dict(csi.volume_attributes),
+            node_publish_secret_ref=secret_ref(csi.node_publish_secret_ref, pod.metadata.ns),
+        )
+        volume_id = inline_csi_volume_id(csi.driver, uid, volume.name)
+        field, read_only = f"{path}.csi", csi.read_only
+    else:
+        empty = volume.empty_dir
+        assert empty is not None
+        size_limit = None
+        if empty.size_limit is not None:
+            size_limit = parse_size(f"{path}.emptyDir.sizeLimit", empty.size_limit)
+        source = VolumeSource(
+            plugin=PLUGIN_EMPTY_DIR, medium=empty.medium, size_limit_bytes=size_limit
+        )
+        volume_id = empty_dir_volume_id(uid, volume.name)
+        field, read_only = f"{path}.emptyDir", False
+    refused = can_serve(source, "Filesystem")
+    if refused is not None:
+        raise InvalidObjectError(field, refused)
+    return DesiredVolume(name=volume.name, volume_id=volume_id, source=source, read_only=read_only)
+
+
+def resolve_pod(pod: Pod, lookup: ObjectLookup, can_serve: CanServe) -> PodAdded:
+    """The desired-state event for a (validated) pod; raises if a volume can't be resolved."""
+    volumes: list[DesiredVolume] = []
+    used_by: dict[str, int] = {}
+    for index, volume in enumerate(pod.spec.volumes):
+        path = f"spec.volumes[{index}]"
+        if volume.persistent_volume_claim is not None:
+            desired = _resolve_claim(pod, volume, path, lookup, can_serve)
+        else:
+            desired = _resolve_inline(pod, volume, path, can_serve)
+        if desired.volume_id in used_by:
+            raise InvalidObjectError(
+                path,
+                f"volume {desired.volume_id} is already used by "
+                f"spec.volumes[{used_by[desired.volume_id]}] of this pod",
+            )
+        used_by[desired.volume_id] = index
+        volumes.append(desired)
+    meta = pod.metadata
+    return PodAdded(pod_uid=meta.uid, namespace=meta.ns, name=meta.name, volumes=tuple(volumes))
+
+
+# ---------------------------------------------------------------- fingerprints
+
+
+def spec_fingerprint(pod: Pod) -> tuple[VolumeFingerprint, ...]:
+    """What a (validated) pod's spec says about its volumes, comparable with `added_fingerprint`.
+
+    Pods are immutable: a pod re-applied under the same UID must have the same
+    fingerprint. It is built from the pod alone, so a re-apply needs no claims.
+    """
+    prints: list[VolumeFingerprint] = []
+    ns = pod.metadata.ns
+    for volume in pod.spec.volumes:
+        if volume.persistent_volume_claim is not None:
+            src = volume.persistent_volume_claim
+            prints.append(("pvc", volume.name, src.claim_name, src.read_only))
+        elif volume.csi is not None:
+            csi = volume.csi
+            attrs = tuple(sorted(csi.volume_attributes.items()))
+            ref = secret_ref(csi.node_publish_secret_ref, ns)
+            prints.append(("csi", volume.name, csi.driver, csi.fs_type, attrs, csi.read_only, ref))
+        elif volume.empty_dir is not None:
+            empty = volume.empty_dir
+            limit = parse_size("", empty.size_limit) if empty.size_limit is not None else None
+            prints.append(("emptyDir", volume.name, empty.medium, limit))
+    return tuple(sorted(prints, key=lambda p: str(p[1])))
+
+
+def added_fingerprint(added: PodAdded) -> tuple[VolumeFingerprint, ...]:
+    """The fingerprint of a recorded pod (see `spec_fingerprint`)."""
+    prints: list[VolumeFingerprint] = []
+    for vol in added.volumes:
+        src = vol.source
+        if vol.claim_name:
+            prints.append(("pvc", vol.name, vol.claim_name, vol.claim_read_only))
+        elif src.plugin == PLUGIN_CSI:
+            attrs = tuple(sorted(src.attributes.items()))
+            ref = src.node_publish_secret_ref
+            prints.append(("csi", vol.name, src.driver, src.fs_type, attrs, vol.read_only, ref))
+        else:
+            prints.append(("emptyDir", vol.name, src.medium, src.size_limit_bytes))
+    return tuple(sorted(prints, key=lambda p: str(p[1])))

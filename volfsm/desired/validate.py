@@ -1,0 +1,107 @@
+"""Checks of one object on its own: names, formats, quantities, required parts.
+
+Each check raises `InvalidObjectError` with the field path inside the object;
+the planner attributes it to the object. Checks that need other objects
+(claims, volumes, what is already desired) live in `resolve` and `plan`.
+"""
+
+from __future__ import annotations
+
+from volfsm.desired.errors import InvalidObjectError
+from volfsm.desired.names import (
+    csi_driver_problem,
+    dns_label_problem,
+    dns_subdomain_problem,
+    path_component_problem,
+    volume_handle_problem,
+)
+from volfsm.desired.objects import (
+    ObjectMeta,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    Pod,
+    PodMeta,
+)
+from volfsm.desired.quantity import quantity_to_bytes
+
+
+def check(path: str, problem: str | None) -> None:
+    """Raise for `path` if a name rule reported a problem."""
+    if problem is not None:
+        raise InvalidObjectError(path, problem)
+
+
+def parse_size(path: str, value: str | int | float) -> int:
+    """A quantity in bytes, or an error naming `path`."""
+    try:
+        return quantity_to_bytes(value)
+    except ValueError as exc:
+        raise InvalidObjectError(path, str(exc)) from None
+
+
+def check_meta(meta: ObjectMeta | PodMeta, *, namespaced: bool) -> None:
+    """metadata.name is a DNS subdomain; metadata.namespace (if namespaced) a DNS label."""
+    check("metadata.name", dns_subdomain_problem(meta.name))
+    if namespaced:
+        check("metadata.namespace", dns_label_problem(meta.ns))
+
+
+def pv_size_bytes(pv: PersistentVolume) -> int:
+    """spec.capacity.storage of a PV in bytes (required)."""
+    capacity = pv.spec.capacity
+    if capacity is None or capacity.storage is None:
+        raise InvalidObjectError("spec.capacity.storage", "required field is missing")
+    return parse_size("spec.capacity.storage", capacity.storage)
+
+
+def validate_pv(pv: PersistentVolume) -> None:
+    """A PV volfsm can serve: named, CSI, with a driver, a handle and a capacity."""
+    check_meta(pv.metadata, namespaced=False)
+    csi = pv.spec.csi
+    if csi is None:
+        raise InvalidObjectError(
+            "spec.csi", "only CSI PersistentVolumes are supported (spec.csi is missing)"
+        )
+    check("spec.csi.driver", csi_driver_problem(csi.driver))
+    check("spec.csi.volumeHandle", volume_handle_problem(csi.volume_handle))
+    pv_size_bytes(pv)
+    ref = pv.spec.claim_ref
+    if ref is not None and ref.name:
+        check("spec.claimRef.name", dns_subdomain_problem(ref.name))
+
+
+def validate_pvc(pvc: PersistentVolumeClaim) -> None:
+    """A claim with valid names and, if given, a valid requested size."""
+    check_meta(pvc.metadata, namespaced=True)
+    if pvc.spec.volume_name:
+        check("spec.volumeName", dns_subdomain_problem(pvc.spec.volume_name))
+    requests = pvc.spec.resources.requests if pvc.spec.resources else None
+    if requests is not None and requests.storage is not None:
+        parse_size("spec.resources.requests.storage", requests.storage)
+
+
+def validate_pod(pod: Pod) -> None:
+    """A pod whose UID and volume names are safe path components, each volume well-formed."""
+    check_meta(pod.metadata, namespaced=True)
+    check("metadata.uid", path_component_problem(pod.metadata.uid))
+    seen: dict[str, int] = {}
+    for index, volume in enumerate(pod.spec.volumes):
+        path = f"spec.volumes[{index}]"
+        check(f"{path}.name", path_component_problem(volume.name))
+        if volume.name in seen:
+            raise InvalidObjectError(
+                f"{path}.name",
+                f"duplicate volume name {volume.name!r} (also spec.volumes[{seen[volume.name]}])",
+            )
+        seen[volume.name] = index
+        sources = volume.sources()
+        if len(sources) != 1:
+            found = ", ".join(sources) if sources else "none"
+            raise InvalidObjectError(path, f"a volume needs exactly one source, found {found}")
+        if volume.persistent_volume_claim is not None:
+            claim = volume.persistent_volume_claim.claim_name
+            check(f"{path}.persistentVolumeClaim.claimName", dns_subdomain_problem(claim))
+        elif volume.csi is not None:
+            check(f"{path}.csi.driver", csi_driver_problem(volume.csi.driver))
+        elif volume.empty_dir is not None and volume.empty_dir.size_limit is not None:
+            parse_size(f"{path}.emptyDir.sizeLimit", volume.empty_dir.size_limit)

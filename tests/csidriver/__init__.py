@@ -1,0 +1,1 @@
+"""Tests of volfsm's CSI driver over real gRPC, with real loop devices and mounts."""

@@ -1,0 +1,1 @@
+"""Helpers shared by volfsm's test suites."""

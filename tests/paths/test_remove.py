@@ -1,0 +1,180 @@
+"""Removing dirs inside the root: links removed as links, no mount crossed, busy pod dirs kept."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.paths.nodekit import Janitor
+from volfsm import mounts
+from volfsm.layout import PathInUseError, RootLayout, UnsafePathError
+
+ED = "kubernetes.io~empty-dir"
+
+
+def fill_with_hostile_content(top: Path, outside: Path) -> None:
+    """What a pod might leave: files, nested dirs, links out of the root, a hard link, a fifo."""
+    (top / "a" / "b" / "c").mkdir(parents=True)
+    (top / "a" / "file").write_text("x")
+    (top / "a" / "b" / "c" / "deep").write_text("y")
+    (top / "link-to-file").symlink_to(outside / "precious.txt")
+    (top / "link-to-dir").symlink_to(outside / "etc")
+    (top / "a" / "b" / "link-to-root").symlink_to("/")
+    (top / "dangling").symlink_to(outside / "does-not-exist")
+    os.link(outside / "etc" / "passwd", top / "hardlink")
+    os.mkfifo(top / "fifo")
+
+
+def test_remove_tree_removes_everything_and_nothing_outside(
+    layout: RootLayout, outside: Path
+) -> None:
+    volume = layout.ensure_dir(layout.pod_volume_dir("u", ED, "vol"))
+    fill_with_hostile_content(volume, outside)
+    assert layout.remove_tree(volume) is True
+    assert not volume.exists()
+    assert layout.pod_volumes_dir("u").joinpath(ED).is_dir()
+    assert layout.remove_tree(volume) is False
+
+
+def test_remove_tree_copes_with_nesting_deeper_than_recursion(layout: RootLayout) -> None:
+    top = layout.ensure_dir(layout.pod_volume_dir("u", ED, "deep"))
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(1100):  # deeper than the recursion limit; path longer than PATH_MAX
+            os.mkdir("d", dir_fd=fd)
+            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        os.close(os.open("leaf", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+    finally:
+        os.close(fd)
+    assert layout.remove_tree(top) is True
+    assert not top.exists()
+
+
+def test_remove_tree_refuses_a_mount_underneath_and_removes_nothing(
+    layout: RootLayout, janitor: Janitor
+) -> None:
+    volume = layout.ensure_dir(layout.pod_volume_dir("u", ED, "vol"))
+    (volume / "keep").write_text("data")
+    inner = volume / "mnt"
+    inner.mkdir()
+    mounts.mount_tmpfs(inner, 1 << 20)
+    (inner / "inside-the-mount").write_text("other filesystem")
+    with pytest.raises(PathInUseError) as info:
+        layout.remove_tree(volume)
+    assert [m.mount_point for m in info.value.mounts] == [os.fspath(inner)]
+    assert (volume / "keep").read_text() == "data"
+    assert (inner / "inside-the-mount").exists()
+
+
+def test_remove_tree_refuses_when_the_dir_itself_is_mounted(
+    layout: RootLayout, janitor: Janitor
+) -> None:
+    volume = layout.ensure_dir(layout.pod_volume_dir("u", ED, "vol"))
+    mounts.mount_tmpfs(volume, 1 << 20)
+    (volume / "data").write_text("tmpfs content")
+    with pytest.raises(PathInUseError):
+        layout.remove_tree(volume)
+    with pytest.raises(PathInUseError, match="mount point"):
+        layout.remove_dir(volume)
+    assert (volume / "data").exists()
+
+
+def test_remove_dir_removes_only_empty_dirs_and_empty_parents_below_stop_at(
+    layout: RootLayout,
+) -> None:
+    publish = layout.ensure_dir(layout.csi_publish_path("u", "pv"))
+    assert layout.remove_dir(publish, stop_at=layout.pod_volumes_dir("u")) is True
+    assert not layout.csi_publish_dir("u", "pv").exists()
+    assert not layout.pod_volumes_dir("u").joinpath("kubernetes.io~csi").exists()
+    assert layout.pod_volumes_dir("u").is_dir()
+    assert layout.remove_dir(publish) is False
+
+
+def test_remove_dir_stops_at_a_non_empty_parent(layout: RootLayout) -> None:
+    publish = layout.ensure_dir(layout.csi_publish_path("u", "pv"))
+    layout.csi_vol_data_path("u", "pv").write_text("{}")
+    assert layout.remove_dir(publish, stop_at=layout.pod_dir("u")) is True
+    assert layout.csi_vol_data_path("u", "pv").exists()
+
+
+def test_remove_dir_refuses_a_non_empty_dir(layout: RootLayout) -> None:
+    volume = layout.ensure_dir(layout.pod_volume_dir("u", ED, "vol"))
+    (volume / "f").write_text("x")
+    with pytest.raises(PathInUseError, match="not empty"):
+        layout.remove_dir(volume)
+    assert (volume / "f").exists()
+
+
+def test_remove_dir_checks_stop_at_is_a_parent(layout: RootLayout) -> None:
+    volume = layout.ensure_dir(layout.pod_volume_dir("u", ED, "vol"))
+    with pytest.raises(UnsafePathError):
+        layout.remove_dir(volume, stop_at=layout.pod_dir("other"))
+    with pytest.raises(UnsafePathError):
+        layout.remove_dir(volume, stop_at=volume)
+
+
+def test_remove_pod_dir_removes_a_torn_down_pod(layout: RootLayout) -> None:
+    layout.ensure_dir(layout.pod_volumes_dir("u") / ED)
+    layout.ensure_dir(layout.pod_volume_devices_dir("u", "kubernetes.io~csi"))
+    layout.ensure_dir(layout.pod_plugin_dir("u", ED, "vol"))
+    (layout.pod_plugin_dir("u", ED, "vol") / "ready").write_text("")
+    layout.ensure_dir(layout.pod_dir("u") / "containers" / "app")
+    (layout.pod_dir("u") / "etc-hosts").write_text("127.0.0.1 localhost\n")
+    assert layout.remove_pod_dir("u") is True
+    assert not layout.pod_dir("u").exists()
+    assert layout.remove_pod_dir("u") is False
+
+
+def test_remove_pod_dir_refuses_while_a_volume_is_mounted(
+    layout: RootLayout, janitor: Janitor
+) -> None:
+    volume = layout.ensure_dir(layout.pod_volume_dir("u", ED, "vol"))
+    mounts.mount_tmpfs(volume, 1 << 20)
+    (layout.pod_dir("u") / "etc-hosts").write_text("keep me")
+    with pytest.raises(PathInUseError, match="still mounted") as info:
+        layout.remove_pod_dir("u")
+    assert [m.mount_point for m in info.value.mounts] == [os.fspath(volume)]
+    assert (layout.pod_dir("u") / "etc-hosts").exists()
+
+
+@pytest.mark.parametrize(
+    "leftover", ["volumes/kubernetes.io~csi/pv/vol_data.json", "volumeDevices/kubernetes.io~csi/pv"]
+)
+def test_remove_pod_dir_refuses_files_left_in_volume_dirs(
+    layout: RootLayout, leftover: str
+) -> None:
+    path = layout.pod_dir("u") / leftover
+    layout.ensure_dir(path.parent)
+    path.write_text("{}")
+    with pytest.raises(PathInUseError, match="not torn down") as info:
+        layout.remove_pod_dir("u")
+    assert leftover in str(info.value)
+    assert path.exists()
+
+
+@pytest.mark.parametrize("kind", ["tmpfs", "bind on the same filesystem"])
+def test_a_mount_missed_by_the_precheck_is_still_not_crossed(
+    layout: RootLayout, janitor: Janitor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    volume = layout.ensure_dir(layout.pod_volume_dir("u", ED, "vol"))
+    inner = volume / "sub" / "mnt"
+    inner.mkdir(parents=True)
+    if kind == "tmpfs":
+        mounts.mount_tmpfs(inner, 1 << 20)
+        (inner / "precious").write_text("other filesystem")
+        precious = inner / "precious"
+    else:
+        source = tmp_path / "bind-source"
+        source.mkdir()
+        (source / "precious").write_text("bound from elsewhere")
+        mounts.bind_mount(source, inner)
+        precious = source / "precious"
+    # Simulate a mount that appears after the mountinfo check (a race).
+    monkeypatch.setattr("volfsm.layout.mounts_under", lambda path: [])
+    with pytest.raises(PathInUseError, match="not crossing"):
+        layout.remove_tree(volume)
+    assert precious.exists()

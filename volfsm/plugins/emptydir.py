@@ -1,0 +1,248 @@
+"""The emptyDir plugin: a directory per pod volume, or a tmpfs for ``medium: Memory``.
+
+Like kubelet's emptyDir it is neither attachable nor device-mountable and
+has no block mode. SetUp creates
+``pods/<uid>/volumes/kubernetes.io~empty-dir/<name>`` (mode 0777), mounts a
+tmpfs there for medium Memory (``size=`` the size limit when one is set;
+otherwise the kernel default), and marks the volume ready in
+``pods/<uid>/plugins/kubernetes.io~empty-dir/<name>/ready``. TearDown
+removes the ready marker, unmounts the tmpfs and removes the directory and
+whatever the pod wrote into it. Pod-written symlinks are removed as links:
+nothing they point to is followed, read or removed, and no mount is crossed.
+
+Error classes. In kubelet every emptyDir SetUp error is final (the plugin
+returns plain errors). volfsm refines that where "final" would lose a mount:
+
+* before the node was changed (an unsafe name, a symlink planted on the
+  way, an unknown medium, a mount path that is not this plugin's): TRANSIENT,
+  the recorded state is left as it is;
+* creating the directory or mounting the tmpfs failed (EACCES, ENOSPC,
+  ENOMEM, ...): FINAL, as in kubelet: the syscall answered and nothing is
+  mounted at the path;
+* a failure after the tmpfs is mounted (writing the ready marker), or a
+  foreign mount found at the path: UNCERTAIN, so the pod-volume stays
+  Uncertain and is torn down later instead of being forgotten mounted;
+* every TearDown error: UNCERTAIN (the executor marks a failed teardown
+  Uncertain anyway).
+
+Error codes are errno names ("EACCES") for system call failures, otherwise
+"UnsafePath", "InvalidArgument", "MediumMismatch", "MountedInside".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import stat
+from pathlib import Path
+
+from events.types import VolumeSource
+from volfsm import mounts
+from volfsm.layout import (
+    EMPTY_DIR_PLUGIN,
+    PathInUseError,
+    RootLayout,
+    UnsafePathError,
+    escape_plugin_name,
+)
+from volfsm.plugins.base import ErrorClass, MountResult, PluginError, VolumePlugin, VolumeRequest
+
+MEDIUM_DEFAULT = ""
+MEDIUM_MEMORY = "Memory"
+SUPPORTED_MEDIA = (MEDIUM_DEFAULT, MEDIUM_MEMORY)
+ESCAPED_NAME = escape_plugin_name(EMPTY_DIR_PLUGIN)
+VOLUME_DIR_MODE = 0o777
+READY_FILE = "ready"
+_MEMORY_FS = frozenset({"tmpfs", "hugetlbfs"})
+_MAX_STACKED = 16
+
+
+def _os_error(exc: OSError, what: str, error_class: ErrorClass) -> PluginError:
+    code = errno.errorcode.get(exc.errno or 0, "OSError")
+    return PluginError(code, f"{what}: {exc.strerror or exc}", error_class)
+
+
+class EmptyDirPlugin(VolumePlugin):
+    """kubernetes.io/empty-dir for real: a directory, or a size-limited tmpfs."""
+
+    name = EMPTY_DIR_PLUGIN
+
+    def __init__(self, layout: RootLayout) -> None:
+        self.layout = layout
+        self._layouts: dict[Path, RootLayout] = {layout.root: layout}
+
+    def supports(self, source: VolumeSource) -> bool:
+        """Whether `source` is an emptyDir."""
+        return source.plugin == self.name
+
+    def can_serve(self, source: VolumeSource, volume_mode: str) -> str | None:
+        """Filesystem mode only; medium "" (node disk) or "Memory" (HugePages not supported)."""
+        problem = super().can_serve(source, volume_mode)
+        if problem is not None:
+            return problem
+        if source.medium not in SUPPORTED_MEDIA:
+            return f"emptyDir medium {source.medium!r} is not supported (use '' or 'Memory')"
+        return None
+
+    # ------------------------------------------------------------------ paths
+
+    def _layout_for(self, root: Path) -> RootLayout:
+        layout = self._layouts.get(root)
+        if layout is None:
+            layout = RootLayout(root)
+            self._layouts[root] = self._layouts[layout.root] = layout
+        return layout
+
+    def pod_mount_path(self, root: Path, req: VolumeRequest) -> Path:
+        """pods/<uid>/volumes/kubernetes.io~empty-dir/<name> under `root`."""
+        return self._layout_for(root).pod_volume_dir(req.pod_uid, ESCAPED_NAME, req.volume_name)
+
+    def _paths(self, req: VolumeRequest) -> tuple[Path, Path]:
+        """(volume dir, ready-marker dir) for the request; TRANSIENT PluginError if unusable."""
+        try:
+            volume_dir = self.layout.pod_volume_dir(req.pod_uid, ESCAPED_NAME, req.volume_name)
+            meta_dir = self.layout.pod_plugin_dir(req.pod_uid, ESCAPED_NAME, req.volume_name)
+        except UnsafePathError as exc:
+            raise PluginError("UnsafePath", str(exc), ErrorClass.TRANSIENT) from None
+        if req.mount_path is not None and Path(req.mount_path) != volume_dir:
+            raise PluginError(
+                "InvalidArgument",
+                f"mount path {req.mount_path} is not the emptyDir path {volume_dir}",
+                ErrorClass.TRANSIENT,
+            )
+        return volume_dir, meta_dir
+
+    # ------------------------------------------------------------------ set up
+
+    async def set_up(self, req: VolumeRequest) -> MountResult:
+        """Create the volume dir (and tmpfs for medium Memory). Idempotent."""
+        return await asyncio.to_thread(self._set_up, req)
+
+    def _set_up(self, req: VolumeRequest) -> MountResult:
+        volume_dir, meta_dir = self._paths(req)
+        medium = req.source.medium
+        if medium not in SUPPORTED_MEDIA:
+            raise PluginError(
+                "InvalidArgument",
+                f"emptyDir medium {medium!r} is not supported",
+                ErrorClass.TRANSIENT,
+            )
+        self._make_volume_dir(volume_dir)
+        if medium == MEDIUM_MEMORY:
+            result = self._mount_tmpfs(volume_dir, req.source.size_limit_bytes)
+        else:
+            result = MountResult(path=str(volume_dir), mount_found=None, detail="directory")
+        try:
+            self._mark_ready(meta_dir)
+        except (OSError, UnsafePathError) as exc:
+            error_class = ErrorClass.UNCERTAIN if medium == MEDIUM_MEMORY else ErrorClass.FINAL
+            if isinstance(exc, UnsafePathError):
+                raise PluginError("UnsafePath", str(exc), error_class) from None
+            raise _os_error(exc, f"marking {meta_dir} ready", error_class) from None
+        return result
+
+    def _make_volume_dir(self, volume_dir: Path) -> None:
+        try:
+            self.layout.ensure_dir(volume_dir)
+            with self.layout.open_dir(volume_dir) as fd:
+                mode = os.fstat(fd).st_mode
+                if stat.S_IMODE(mode) & 0o777 != VOLUME_DIR_MODE:
+                    os.fchmod(fd, (stat.S_IMODE(mode) & 0o7000) | VOLUME_DIR_MODE)
+        except UnsafePathError as exc:
+            raise PluginError("UnsafePath", str(exc), ErrorClass.TRANSIENT) from None
+        except OSError as exc:
+            raise _os_error(exc, f"creating {volume_dir}", ErrorClass.FINAL) from None
+
+    def _mount_tmpfs(self, volume_dir: Path, size_limit: int | None) -> MountResult:
+        existing = mounts.find_mount(volume_dir)
+        if existing is not None and existing.fstype != "tmpfs":
+            raise PluginError(
+                "MediumMismatch",
+                f"{volume_dir} is already a {existing.fstype} mount, not tmpfs",
+                ErrorClass.UNCERTAIN,
+            )
+        if existing is None:
+            size = size_limit if size_limit is not None and size_limit > 0 else None
+            try:
+                with self.layout.pin(volume_dir) as target:
+                    mounts.mount_tmpfs(target, size)
+            except UnsafePathError as exc:
+                raise PluginError("UnsafePath", str(exc), ErrorClass.TRANSIENT) from None
+            except mounts.MountError as exc:
+                raise PluginError(exc.code, str(exc), ErrorClass.FINAL) from None
+            except OSError as exc:
+                raise _os_error(exc, f"mounting tmpfs on {volume_dir}", ErrorClass.FINAL) from None
+        found = mounts.find_mount(volume_dir)
+        mounted = found is not None and found.fstype == "tmpfs"
+        detail = "tmpfs"
+        if found is not None and found.super_option("size") is not None:
+            detail = f"tmpfs size={found.super_option('size')}"
+        return MountResult(path=str(volume_dir), mount_found=mounted, detail=detail)
+
+    def _mark_ready(self, meta_dir: Path) -> None:
+        with self.layout.open_dir(meta_dir, create=True) as fd:
+            flags = os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+            os.close(os.open(READY_FILE, flags, 0o640, dir_fd=fd))
+
+    # --------------------------------------------------------------- tear down
+
+    async def tear_down(self, req: VolumeRequest) -> None:
+        """Unmount (tmpfs) and remove the volume dir with its contents. Idempotent."""
+        await asyncio.to_thread(self._tear_down, req)
+
+    def _tear_down(self, req: VolumeRequest) -> None:
+        volume_dir, meta_dir = self._paths(req)
+        try:
+            self.layout.remove_tree(meta_dir)
+            self._unmount_and_remove(volume_dir)
+        except UnsafePathError as exc:
+            raise PluginError("UnsafePath", str(exc), ErrorClass.UNCERTAIN) from None
+        except PathInUseError as exc:
+            raise PluginError("MountedInside", str(exc), ErrorClass.UNCERTAIN) from None
+        except mounts.MountError as exc:
+            raise PluginError(exc.code, str(exc), ErrorClass.UNCERTAIN) from None
+        except OSError as exc:
+            raise _os_error(exc, f"removing {volume_dir}", ErrorClass.UNCERTAIN) from None
+
+    def _unmount_and_remove(self, volume_dir: Path) -> None:
+        try:
+            with self.layout.open_dir(volume_dir.parent) as parent:
+                st = _lstat(parent, volume_dir.name)
+                if st is None:
+                    return
+                if not stat.S_ISDIR(st.st_mode):
+                    os.unlink(volume_dir.name, dir_fd=parent)  # a planted link: remove the link
+                    return
+                self._unmount_memory(volume_dir)
+        except FileNotFoundError:
+            return
+        self.layout.remove_tree(volume_dir)
+
+    def _unmount_memory(self, volume_dir: Path) -> None:
+        """Unmount tmpfs/hugetlbfs at the dir (kubelet detects the medium from the mount)."""
+        target = os.fspath(volume_dir)
+        under = mounts.mounts_under(volume_dir)
+        inside = [info for info in under if info.mount_point != target]
+        if inside:
+            shown = ", ".join(info.mount_point for info in inside)
+            raise PathInUseError(volume_dir, f"other mounts inside the volume: {shown}")
+        for _ in range(_MAX_STACKED):
+            found = mounts.find_mount(volume_dir)
+            if found is None:
+                return
+            if found.fstype not in _MEMORY_FS:
+                raise PluginError(
+                    "MediumMismatch",
+                    f"{volume_dir} is a {found.fstype} mount, not an emptyDir tmpfs; not removing",
+                    ErrorClass.UNCERTAIN,
+                )
+            mounts.umount(volume_dir)
+        raise PathInUseError(volume_dir, f"more than {_MAX_STACKED} stacked mounts")
+
+
+def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None

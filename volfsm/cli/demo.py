@@ -1,0 +1,49 @@
+"""`volfsm demo`: write a realistic sample history to try every read command on."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from events.errors import LogOpenError
+from volfsm.cli.common import TIME_HELP, DataDirOpt, DbOpt, fail, parse_time
+from volfsm.demo import DEMO_NODE, LogNotEmptyError, write_demo
+from volfsm.paths import log_path
+from volfsm.render import fmt_ts, print_line
+
+
+def demo(
+    data_dir: DataDirOpt = None,
+    db: DbOpt = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Same seed (and --end): same ids and times.")
+    ] = None,
+    end: Annotated[
+        str | None, typer.Option("--end", help=f"Time of the last event (default now). {TIME_HELP}")
+    ] = None,
+    node: Annotated[str, typer.Option("--node", help="Node name stamped on events.")] = DEMO_NODE,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace a log that already holds events.")
+    ] = False,
+) -> None:
+    """Write about five minutes of a node's volume history into a new log."""
+    end_us = parse_time(end, option="--end") if end is not None else None
+    path = log_path(data_dir, db)
+    try:
+        result = write_demo(path, seed=seed, end_us=end_us, force=force, node=node)
+    except (LogNotEmptyError, LogOpenError) as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"{path}: cannot write ({exc.strerror})")
+    print_line(
+        f"wrote {result.events} events (seq 1-{result.last_seq}, "
+        f"{fmt_ts(result.start_us)} .. {fmt_ts(result.end_us)}) to {result.path}"
+    )
+    where = f"--db {result.path}" if db is not None else f"--data-dir {result.path.parent}"
+    print_line(f"try: volfsm state {where}   (also: history, timeline, validate, export)")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `demo` to the CLI."""
+    app.command("demo")(demo)

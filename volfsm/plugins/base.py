@@ -65,6 +65,8 @@ class VolumeRequest:
     device-level calls (stage, unstage). `spec_name` is the PV name (the
     pod's volume name for inline volumes): CSI block paths are named by it.
     `ephemeral` marks an inline (pod-scoped) volume, which is never staged.
+    `fs_group` is the pod's fsGroup (securityContext), if any: CSI drivers
+    with VOLUME_MOUNT_GROUP get it as volume_mount_group.
     """
 
     volume_id: str
@@ -79,6 +81,7 @@ class VolumeRequest:
     mount_path: Path | None = None
     spec_name: str = ""
     ephemeral: bool = False
+    fs_group: int | None = None
 
 
 @dataclass(frozen=True)

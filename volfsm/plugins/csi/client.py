@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import stat
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,25 @@ from volfsm.plugins.csi.errors import classify
 from volfsm.plugins.csi.redact import redacted
 
 DEFAULT_TIMEOUT_S = 120.0
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+MAX_NODE_ID_BYTES = 256
+BAD_RESPONSE = "BadDriverResponse"
 _RPC = csi_pb2.NodeServiceCapability.RPC.Type
+_DRIVER_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?")
+
+
+def valid_driver_name(name: str) -> bool:
+    """Whether `name` is a CSI driver name: DNS-like, 1-63 chars, alphanumeric at both ends."""
+    return _DRIVER_NAME.fullmatch(name) is not None
+
+
+def bad_response(rpc: str, what: str) -> PluginError:
+    """The driver answered OK with something unusable (FINAL: asking again gives the same)."""
+    return PluginError(BAD_RESPONSE, f"{rpc}: {what}", ErrorClass.FINAL)
+
+
+def _shown(value: str, limit: int = 80) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "...")
 
 
 @dataclass(frozen=True)
@@ -60,19 +79,26 @@ def socket_path(endpoint: str) -> str:
 
 async def wait_for_socket(endpoint: str, timeout_s: float) -> None:
     """Wait until the driver's socket exists (the driver creates it when it listens)."""
-    path = socket_path(endpoint)
+    try:
+        path = socket_path(endpoint)
+    except ValueError as exc:
+        raise PluginError("InvalidEndpoint", str(exc), ErrorClass.TRANSIENT) from None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
         try:
-            if stat.S_ISSOCK(os.stat(path).st_mode):
+            mode = os.stat(path).st_mode
+        except OSError:
+            state = "does not exist"
+        else:
+            if stat.S_ISSOCK(mode):
                 return
-        except FileNotFoundError:
-            pass
+            state = "exists but is not a socket"
         if loop.time() >= deadline:
             raise PluginError(
                 "Unavailable",
-                f"CSI socket {path} did not appear within {timeout_s:g}s",
+                f"CSI socket {path} did not appear within {timeout_s:g}s ({state});"
+                " is the driver running?",
                 ErrorClass.TRANSIENT,
             )
         await asyncio.sleep(0.05)
@@ -96,7 +122,7 @@ class CsiClient:
                 self.endpoint,
                 options=[
                     ("grpc.default_authority", "localhost"),
-                    ("grpc.max_receive_message_length", 4 * 1024 * 1024),
+                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ],
             )
             self._identity = csi_pb2_grpc.IdentityStub(self._channel)
@@ -112,12 +138,12 @@ class CsiClient:
     async def _call(self, service: str, rpc: str, request: Any) -> Any:
         identity, node = self._stubs()
         stub = identity if service == "identity" else node
-        logger.debug("csi call {} {}", rpc, redacted(request))
+        logger.opt(lazy=True).debug("csi call {} {}", lambda: rpc, lambda: redacted(request))
         try:
             return await getattr(stub, rpc)(request, timeout=self.timeout_s)
         except asyncio.CancelledError:
             raise
-        except BaseException as exc:  # every failure is classified, none escapes raw
+        except Exception as exc:  # every failure is classified, none escapes raw
             raise classify(exc, rpc) from exc
 
     # ------------------------------------------------------------ identity
@@ -130,11 +156,25 @@ class CsiClient:
             raise PluginError(
                 "Unavailable", f"driver {info.name} says it is not ready", ErrorClass.TRANSIENT
             )
+        name = str(info.name)
+        if not valid_driver_name(name):
+            raise bad_response(
+                "GetPluginInfo", f"driver name {_shown(name)} is not a DNS-like name of 1-63 chars"
+            )
         node = await self._call("node", "NodeGetInfo", csi_pb2.NodeGetInfoRequest())
+        node_id = str(node.node_id)
+        if not node_id or len(node_id.encode()) > MAX_NODE_ID_BYTES:
+            raise bad_response(
+                "NodeGetInfo", f"node_id {_shown(node_id)} must be 1-{MAX_NODE_ID_BYTES} bytes"
+            )
+        if node.max_volumes_per_node < 0:
+            raise bad_response(
+                "NodeGetInfo", f"max_volumes_per_node {node.max_volumes_per_node} is negative"
+            )
         return DriverInfo(
-            name=str(info.name),
+            name=name,
             vendor_version=str(info.vendor_version),
-            node_id=str(node.node_id),
+            node_id=node_id,
             max_volumes_per_node=int(node.max_volumes_per_node),
         )
 
@@ -180,19 +220,34 @@ class CsiClient:
     async def expand(self, request: Any) -> int:
         """NodeExpandVolume; the capacity the driver reports (0 if it did not say)."""
         resp = await self._call("node", "NodeExpandVolume", request)
-        return int(resp.capacity_bytes)
+        capacity = int(resp.capacity_bytes)
+        if capacity < 0:
+            raise bad_response("NodeExpandVolume", f"capacity_bytes {capacity} is negative")
+        return capacity
 
-    async def volume_stats(self, volume_id: str, volume_path: str) -> dict[str, int]:
-        """NodeGetVolumeStats as {"bytes_total": .., "bytes_used": .., "inodes_total": ..}."""
+    async def volume_stats(
+        self, volume_id: str, volume_path: str, staging_path: str = ""
+    ) -> dict[str, int]:
+        """NodeGetVolumeStats as {"bytes_total": .., "bytes_used": .., "inodes_total": ..}.
+
+        Usages with an unknown unit are skipped; negative numbers are a bad response.
+        """
         resp = await self._call(
             "node",
             "NodeGetVolumeStats",
-            csi_pb2.NodeGetVolumeStatsRequest(volume_id=volume_id, volume_path=volume_path),
+            csi_pb2.NodeGetVolumeStatsRequest(
+                volume_id=volume_id, volume_path=volume_path, staging_target_path=staging_path
+            ),
         )
+        units = {csi_pb2.VolumeUsage.Unit.BYTES: "bytes", csi_pb2.VolumeUsage.Unit.INODES: "inodes"}
         out: dict[str, int] = {}
         for usage in resp.usage:
-            unit = "bytes" if usage.unit == csi_pb2.VolumeUsage.Unit.BYTES else "inodes"
-            out[f"{unit}_total"] = int(usage.total)
-            out[f"{unit}_used"] = int(usage.used)
-            out[f"{unit}_available"] = int(usage.available)
+            unit = units.get(usage.unit)
+            if unit is None:
+                continue
+            numbers = {"total": usage.total, "used": usage.used, "available": usage.available}
+            for key, value in numbers.items():
+                if value < 0:
+                    raise bad_response("NodeGetVolumeStats", f"{unit} {key} {value} is negative")
+                out[f"{unit}_{key}"] = int(value)
         return out

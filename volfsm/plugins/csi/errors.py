@@ -20,11 +20,18 @@ NON_FINAL_CODES = frozenset(
 )
 
 NON_GRPC_CODE = "unknown-non-grpc"
+MAX_MESSAGE_CHARS = 1000
+
+
+#: Where Go's codes.Code.String() differs from CamelCasing Python's enum name.
+_GO_SPELLING = {"CANCELLED": "Canceled", "OK": "OK"}
 
 
 def code_name(code: Any) -> str:
-    """CamelCase gRPC code name as kubelet's metrics spell it (e.g. DeadlineExceeded)."""
+    """The gRPC code name as the kubelet (Go) spells it: DeadlineExceeded, Canceled, ..."""
     name = str(getattr(code, "name", code))
+    if name in _GO_SPELLING:
+        return _GO_SPELLING[name]
     return "".join(part.capitalize() for part in name.split("_"))
 
 
@@ -38,7 +45,15 @@ def classify(exc: BaseException, rpc: str) -> PluginError:
         return exc
     if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
         code = exc.code()
-        details = exc.details() if hasattr(exc, "details") else ""
+        details = str(exc.details() or "") if hasattr(exc, "details") else ""
         klass = ErrorClass.UNCERTAIN if code in NON_FINAL_CODES else ErrorClass.FINAL
-        return PluginError(code_name(code), f"{rpc}: {details or code_name(code)}", klass)
-    return PluginError(NON_GRPC_CODE, f"{rpc}: {type(exc).__name__}: {exc}", ErrorClass.UNCERTAIN)
+        return PluginError(code_name(code), f"{rpc}: {_cut(details) or code_name(code)}", klass)
+    text = _cut(f"{type(exc).__name__}: {exc}")
+    return PluginError(NON_GRPC_CODE, f"{rpc}: {text}", ErrorClass.UNCERTAIN)
+
+
+def _cut(text: str) -> str:
+    """At most MAX_MESSAGE_CHARS of a driver's message (a hostile driver may send megabytes)."""
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    return f"{text[:MAX_MESSAGE_CHARS]}... ({len(text)} chars)"

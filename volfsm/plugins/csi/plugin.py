@@ -1,28 +1,39 @@
-"""The CSI volume plugin: one instance per registered driver (name + unix socket).
+"""The CSI volume plugin: what the kubelet does around a CSI driver's Node service.
 
-It does what the kubelet's `pkg/volume/csi` does around the RPCs (reference
-csi-node-service.md §4): discovers capabilities and follows them, creates
-the directories and `vol_data.json` files the caller must create, removes
-them after success (and after final errors only: after a timeout the driver
-may still be using them), builds requests with the kubelet's access-mode
+Kubelet's `pkg/volume/csi` (reference csi-node-service.md §4): the plugin
+discovers the driver's capabilities and follows them, creates the
+directories and `vol_data.json` files the caller must create, removes them
+after success (and after final errors only: after a timeout the driver may
+still be using them), builds requests with the kubelet's access-mode
 mapping, and checks /proc/self/mountinfo after a stage or publish reports
 success, recording what it found instead of trusting the driver.
+
+Paths (see `volfsm.plugins.csi.paths`): for filesystem volumes
+`device_mount_path` is the staging path `…/<driver>/<sha256>/globalmount`
+and `pod_mount_path` the publish target `pods/<uid>/volumes/kubernetes.io~csi/
+<specName>/mount`. For block volumes they are what the engine's block
+mapping needs, the global map dir `…/volumeDevices/<specName>/dev` and the
+pod's device link `pods/<uid>/volumeDevices/kubernetes.io~csi/<specName>`;
+the CSI staging and publish paths of a block volume are the plugin's own,
+and `set_up` returns the published device file as `MountResult.device_path`.
+
+Errors: TRANSIENT when the driver was not called (socket missing, a
+directory could not be made); the gRPC classes of `errors.classify` for
+the call itself; UNCERTAIN when the driver said OK but the node disagrees
+at teardown (still mounted) or the caller's cleanup could not finish.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from loguru import logger
 
 from events.types import VolumeSource
-from volfsm.csi.v1 import csi_pb2
-from volfsm.layout import CSI_PLUGIN, PathInUseError, RootLayout
-from volfsm.mounts import find_mount
+from volfsm.errors import VolfsmError
+from volfsm.layout import CSI_PLUGIN, RootLayout
 from volfsm.plugins.base import (
     BLOCK,
     ErrorClass,
@@ -31,36 +42,36 @@ from volfsm.plugins.base import (
     VolumePlugin,
     VolumeRequest,
 )
+from volfsm.plugins.csi import files, paths, requests, verify
 from volfsm.plugins.csi.client import (
     DEFAULT_TIMEOUT_S,
     CsiClient,
     DriverInfo,
     NodeCapabilities,
+    valid_driver_name,
     wait_for_socket,
 )
+from volfsm.plugins.csi.requests import access_mode
 
-_MODE = csi_pb2.VolumeCapability.AccessMode.Mode
+__all__ = ["CsiPlugin", "SecretLookup", "access_mode"]
 
-#: Kubernetes access mode -> CSI mode, without / with SINGLE_NODE_MULTI_WRITER (kubelet).
-_ACCESS_MODES = {
-    "ReadWriteOnce": (_MODE.SINGLE_NODE_WRITER, _MODE.SINGLE_NODE_MULTI_WRITER),
-    "ReadOnlyMany": (_MODE.MULTI_NODE_READER_ONLY, _MODE.MULTI_NODE_READER_ONLY),
-    "ReadWriteMany": (_MODE.MULTI_NODE_MULTI_WRITER, _MODE.MULTI_NODE_MULTI_WRITER),
-    "ReadWriteOncePod": (_MODE.SINGLE_NODE_WRITER, _MODE.SINGLE_NODE_SINGLE_WRITER),
-}
+SecretLookup = Callable[[str], Mapping[str, str]]
+"""Secret data for a reference "namespace/name" (volfsm itself reads no Kubernetes Secret)."""
+
+NAME_MISMATCH = "DriverNameMismatch"
 
 
-def access_mode(access_modes: tuple[str, ...], multi_writer_capable: bool) -> Any:
-    """The CSI access mode for a volume's Kubernetes access modes (first known one wins)."""
-    for mode in access_modes:
-        pair = _ACCESS_MODES.get(mode)
-        if pair is not None:
-            return pair[1] if multi_writer_capable else pair[0]
-    return _MODE.SINGLE_NODE_MULTI_WRITER if multi_writer_capable else _MODE.SINGLE_NODE_WRITER
+def _transient(code: str, exc: BaseException | str) -> PluginError:
+    return PluginError(code, str(exc), ErrorClass.TRANSIENT)
 
 
 class CsiPlugin(VolumePlugin):
-    """Drives one CSI driver. Call `start()` before use: it waits for the socket and probes."""
+    """Drives one CSI driver. `start()` waits for the socket, probes and reads capabilities.
+
+    Register it in the catalog after `start()` succeeded, as kubelet
+    registers a driver only after it answered; an operation on a plugin
+    not started yet starts it first (without waiting for the socket).
+    """
 
     name = CSI_PLUGIN
 
@@ -73,34 +84,64 @@ class CsiPlugin(VolumePlugin):
         node_name: str = "",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         socket_wait_s: float = 30.0,
+        strict_name: bool = True,
+        secrets: SecretLookup | None = None,
     ) -> None:
+        if not valid_driver_name(driver):
+            raise ValueError(f"CSI driver name {driver!r} is not a DNS-like name of 1-63 chars")
         self.driver = driver
         self.endpoint = endpoint
         self.layout = layout
         self.node_name = node_name
         self.client = CsiClient(endpoint, timeout_s=timeout_s)
         self.socket_wait_s = socket_wait_s
+        self.strict_name = strict_name
+        self.secrets = secrets
         self.caps = NodeCapabilities()
         self.info: DriverInfo | None = None
+        self._warned_refs: set[str] = set()
 
-    async def start(self) -> DriverInfo:
-        """Wait for the socket, then GetPluginInfo/Probe/NodeGetInfo and NodeGetCapabilities."""
-        await wait_for_socket(self.endpoint, self.socket_wait_s)
-        self.info = await self.client.driver_info()
-        if self.info.name != self.driver:
-            logger.warning(
-                "CSI driver at {} calls itself {!r}, registered as {!r}",
-                self.endpoint,
-                self.info.name,
-                self.driver,
-            )
+    # ---------------------------------------------------------- lifecycle
+
+    async def start(self, socket_wait_s: float | None = None) -> DriverInfo:
+        """Wait for the socket, then GetPluginInfo/Probe/NodeGetInfo and NodeGetCapabilities.
+
+        Every failure is TRANSIENT (no volume was touched). A driver that
+        calls itself something else than the name it was registered under is
+        refused unless `strict_name` is off (then it is only logged).
+        """
+        wait_s = self.socket_wait_s if socket_wait_s is None else socket_wait_s
+        await wait_for_socket(self.endpoint, wait_s)
+        try:
+            info = await self.client.driver_info()
+            if info.name != self.driver:
+                message = (
+                    f"CSI driver at {self.endpoint} calls itself {info.name!r},"
+                    f" but is registered as {self.driver!r}"
+                )
+                if self.strict_name:
+                    raise PluginError(NAME_MISMATCH, message, ErrorClass.TRANSIENT)
+                logger.warning("{}", message)
+            caps = await self.client.node_capabilities()
+        except PluginError as err:
+            raise PluginError(err.code, err.message, ErrorClass.TRANSIENT) from err
+        self.info, self.caps = info, caps
+        logger.info("CSI driver {} ready on node {}: {}", self.driver, info.node_id, caps)
+        return info
+
+    async def refresh_capabilities(self) -> NodeCapabilities:
+        """Ask NodeGetCapabilities again (kubelet asks before every decision; we cache)."""
         self.caps = await self.client.node_capabilities()
-        logger.info("CSI driver {} ready: {}", self.driver, self.caps)
-        return self.info
+        return self.caps
 
     async def stop(self) -> None:
         """Close the gRPC channel."""
         await self.client.close()
+
+    async def _ready(self) -> NodeCapabilities:
+        if self.info is None:
+            await self.start(socket_wait_s=0.0)
+        return self.caps
 
     # -------------------------------------------------------- capabilities
 
@@ -108,7 +149,11 @@ class CsiPlugin(VolumePlugin):
         return source.plugin == CSI_PLUGIN and source.driver == self.driver
 
     def is_device_mountable(self, source: VolumeSource) -> bool:
-        return self.caps.stage_unstage
+        """Always: without STAGE_UNSTAGE_VOLUME the kubelet still makes the staging dir and json.
+
+        (Inline ephemeral volumes are not staged; `mount_device` does nothing for them.)
+        """
+        return True
 
     def supports_block(self, source: VolumeSource) -> bool:
         return True
@@ -119,219 +164,336 @@ class CsiPlugin(VolumePlugin):
     def _stages(self, req: VolumeRequest) -> bool:
         return self.caps.stage_unstage and not req.ephemeral
 
-    def _spec_name(self, req: VolumeRequest) -> str:
-        return req.spec_name or req.volume_name or req.source.volume_handle
-
     # --------------------------------------------------------------- paths
 
     def device_mount_path(self, root: Path, req: VolumeRequest) -> Path | None:
+        """Staging path (filesystem) or global map dir (block); None for inline volumes."""
         if req.ephemeral:
             return None
         if req.volume_mode == BLOCK:
-            return self.layout.csi_block_staging_path(self._spec_name(req))
+            return self._block(req).global_map
         return self.layout.csi_staging_path(self.driver, req.source.volume_handle)
 
     def pod_mount_path(self, root: Path, req: VolumeRequest) -> Path:
+        """Publish target (filesystem) or the pod's device link (block)."""
         if req.volume_mode == BLOCK:
-            return self.layout.csi_block_publish_path(self._spec_name(req), req.pod_uid)
-        return self.layout.csi_publish_path(req.pod_uid, req.volume_name)
-
-    # ------------------------------------------------------------ requests
-
-    def _capability(self, req: VolumeRequest) -> Any:
-        mode = csi_pb2.VolumeCapability.AccessMode(
-            mode=access_mode(req.source.access_modes, self.caps.single_node_multi_writer)
-        )
-        if req.volume_mode == BLOCK:
-            return csi_pb2.VolumeCapability(
-                block=csi_pb2.VolumeCapability.BlockVolume(), access_mode=mode
+            return self.layout.csi_block_pod_device_path(
+                req.pod_uid, paths.spec_name(req, required=True)
             )
-        mount = csi_pb2.VolumeCapability.MountVolume(
-            fs_type=req.source.fs_type, mount_flags=list(req.source.mount_options)
-        )
-        return csi_pb2.VolumeCapability(mount=mount, access_mode=mode)
+        return self.layout.csi_publish_path(req.pod_uid, paths.spec_name(req, required=False))
 
-    def _staging_arg(self, req: VolumeRequest) -> str:
-        if not self._stages(req) or req.device_mount_path is None:
-            return ""
-        return str(req.device_mount_path)
+    def _block(self, req: VolumeRequest) -> paths.BlockPaths:
+        """The block paths of `req`'s volume (TRANSIENT if its spec name is missing or unsafe)."""
+        name = paths.spec_name(req, required=True)
+        try:
+            return paths.block_paths(self.layout, name)
+        except VolfsmError as exc:
+            raise _transient("UnsafePath", exc) from None
+
+    # ------------------------------------------------------------ secrets
+
+    def _secrets(self, ref: str) -> Mapping[str, str]:
+        """The secret data for `ref`, or none (volfsm reads no Secret unless given a lookup)."""
+        if not ref:
+            return {}
+        if self.secrets is None:
+            if ref not in self._warned_refs:
+                self._warned_refs.add(ref)
+                logger.warning(
+                    "CSI driver {}: secret {} is referenced but volfsm reads no Kubernetes"
+                    " Secrets; calling without secrets",
+                    self.driver,
+                    ref,
+                )
+            return {}
+        try:
+            return dict(self.secrets(ref))
+        except Exception as exc:
+            raise _transient("SecretUnavailable", f"secret {ref}: {type(exc).__name__}") from None
 
     # ---------------------------------------------------------- vol_data
 
-    def _write_json(self, path: Path, data: dict[str, str]) -> None:
-        self.layout.ensure_dir(path.parent)
-        tmp = path.with_name(path.name + ".tmp")
-        with self.layout.pin(path.parent) as parent:
-            fd = os.open(
-                os.path.join(parent, tmp.name),
-                os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
-                0o640,
+    def _publish_data(self, req: VolumeRequest, name: str) -> dict[str, str]:
+        handle = req.source.volume_handle
+        return {
+            "specVolID": name,
+            "volumeHandle": handle,
+            "driverName": self.driver,
+            "nodeName": self.node_name,
+            "attachmentID": paths.attachment_id(handle, self.driver, self.node_name),
+            "volumeLifecycleMode": (
+                paths.LIFECYCLE_EPHEMERAL if req.ephemeral else paths.LIFECYCLE_PERSISTENT
+            ),
+        }
+
+    def _block_data(self, req: VolumeRequest, name: str) -> dict[str, str]:
+        handle = req.source.volume_handle
+        return {
+            "specVolID": name,
+            "volumeHandle": handle,
+            "driverName": self.driver,
+            "nodeName": self.node_name,
+            "attachmentID": paths.attachment_id(handle, self.driver, self.node_name),
+        }
+
+    async def _prepare(
+        self, code: str, dirs: tuple[Path, ...], data: Mapping[Path, dict[str, str]]
+    ) -> None:
+        """Make the directories and json files the caller must make (TRANSIENT on failure)."""
+
+        def work() -> None:
+            for path in dirs:
+                self.layout.ensure_dir(path)
+            for path, content in data.items():
+                files.write_json(self.layout, path, content)
+
+        try:
+            await asyncio.to_thread(work)
+        except (VolfsmError, OSError) as exc:
+            raise _transient(code, exc) from None
+
+    async def _cleanup(
+        self,
+        files_: tuple[Path, ...],
+        dirs: tuple[Path, ...],
+        trees: tuple[Path, ...] = (),
+        *,
+        after_error: bool = False,
+    ) -> None:
+        """Remove what the caller made; after success a failure is UNCERTAIN (CleanupFailed)."""
+        if after_error:
+            await asyncio.to_thread(files.remove_after_failure, self.layout, files_, dirs, trees)
+            return
+        try:
+            await asyncio.to_thread(files.remove_all, self.layout, files_, dirs, trees)
+        except files.CleanupError as exc:
+            raise PluginError("CleanupFailed", str(exc), ErrorClass.UNCERTAIN) from None
+
+    async def _refuse_if_mounted(self, rpc: str, path: Path) -> None:
+        """After a successful unpublish/unstage: the driver's mount must be gone."""
+        info = await asyncio.to_thread(verify.still_mounted, path)
+        if info is not None:
+            raise PluginError(
+                "StillMounted",
+                f"{rpc} reported success but {path} is still mounted ({info.fstype} {info.source})",
+                ErrorClass.UNCERTAIN,
             )
-            with os.fdopen(fd, "w") as fh:
-                json.dump(data, fh, sort_keys=True)
-            os.replace(os.path.join(parent, tmp.name), os.path.join(parent, path.name))
-
-    def _remove_file(self, path: Path) -> None:
-        try:
-            with self.layout.pin(path.parent) as parent:
-                os.unlink(os.path.join(parent, path.name))
-        except FileNotFoundError:
-            pass
-
-    def _cleanup(self, path: Path, *files: Path, stop_at: Path | None = None) -> None:
-        """Remove what the caller created; leave anything that is (still) mounted."""
-        for f in files:
-            self._remove_file(f)
-        try:
-            self.layout.remove_dir(path, stop_at=stop_at)
-        except FileNotFoundError:
-            pass
-        except PathInUseError as exc:
-            logger.warning("leaving {}: {}", path, exc)
 
     # ------------------------------------------------------------- stage
 
     async def mount_device(self, req: VolumeRequest) -> MountResult:
-        """NodeStageVolume (skipped without STAGE_UNSTAGE_VOLUME, but dirs and json still made)."""
+        """NodeStageVolume; without STAGE_UNSTAGE_VOLUME only the dirs and json are made."""
+        if req.ephemeral:
+            return MountResult(detail="inline ephemeral volume: not staged")
+        caps = await self._ready()
+        if req.volume_mode == BLOCK:
+            return await self._stage_block(req, caps)
         staging = req.device_mount_path
         if staging is None:
-            raise PluginError("InvalidArgument", "no staging path", ErrorClass.TRANSIENT)
-        data_file = self._stage_data_file(req, staging)
-        try:
-            self.layout.ensure_dir(staging)
-            self._write_json(
-                data_file,
-                {"volumeHandle": req.source.volume_handle, "driverName": self.driver},
-            )
-        except (OSError, PluginError) as exc:
-            raise PluginError("StagingDir", str(exc), ErrorClass.TRANSIENT) from exc
+            raise _transient("InvalidArgument", "no staging path in the request")
+        data_file = paths.staging_data_file(staging)
+        stage_ref = req.source.node_stage_secret_ref if self._stages(req) else ""
+        secrets = self._secrets(stage_ref)
+        await self._prepare(
+            "StagingDir",
+            (staging,),
+            {data_file: {"volumeHandle": req.source.volume_handle, "driverName": self.driver}},
+        )
         if not self._stages(req):
             return MountResult(path=str(staging), detail="driver has no STAGE_UNSTAGE_VOLUME")
-        request = csi_pb2.NodeStageVolumeRequest(
-            volume_id=req.source.volume_handle,
-            staging_target_path=str(staging),
-            volume_capability=self._capability(req),
-            volume_context=dict(req.source.attributes),
-        )
+        request = requests.stage_request(req, caps, str(staging), secrets)
         try:
             await self.client.stage(request)
         except PluginError as err:
             if err.final:
-                self._cleanup(staging, data_file)
+                await self._cleanup((data_file,), (staging, staging.parent), after_error=True)
             raise
-        return await self._verify(staging, req.volume_mode != BLOCK)
+        expected = verify.Expected(
+            staging,
+            verify.MOUNT,
+            fs_type=req.source.fs_type,
+            mount_group=req.fs_group if requests.mount_group(req, caps) else None,
+        )
+        return await asyncio.to_thread(verify.check, expected)
 
-    def _stage_data_file(self, req: VolumeRequest, staging: Path) -> Path:
-        if req.volume_mode == BLOCK:
-            return self.layout.csi_block_vol_data_path(self._spec_name(req))
-        return staging.parent / "vol_data.json"
+    async def _stage_block(self, req: VolumeRequest, caps: NodeCapabilities) -> MountResult:
+        """Block SetUpDevice: staging dir, data/vol_data.json, NodeStage."""
+        block = self._block(req)
+        name = block.publish_dir.name
+        stage_ref = req.source.node_stage_secret_ref if self._stages(req) else ""
+        secrets = self._secrets(stage_ref)
+        await self._prepare(
+            "StagingDir", (block.staging,), {block.data_file: self._block_data(req, name)}
+        )
+        if not self._stages(req):
+            return MountResult(path=str(block.staging), detail="driver has no STAGE_UNSTAGE_VOLUME")
+        request = requests.stage_request(req, caps, str(block.staging), secrets)
+        try:
+            await self.client.stage(request)
+        except PluginError as err:
+            if err.final:
+                await self._cleanup_block(block, after_error=True)
+            raise
+        return await asyncio.to_thread(
+            verify.check, verify.Expected(block.staging, verify.ANYTHING)
+        )
+
+    async def _cleanup_block(self, block: paths.BlockPaths, *, after_error: bool = False) -> None:
+        """Kubelet's cleanupOrphanDeviceFiles: publish dir, staging dir, volumeDevices/<spec>."""
+        await self._cleanup(
+            (), (block.publish_dir, block.staging), (block.volume_dir,), after_error=after_error
+        )
 
     async def unmount_device(self, req: VolumeRequest) -> None:
         """NodeUnstageVolume; on success remove the staging dir and its vol_data.json."""
+        if req.ephemeral:
+            return
+        await self._ready()
+        if req.volume_mode == BLOCK:
+            block = self._block(req)
+            if self._stages(req):
+                await self.client.unstage(req.source.volume_handle, str(block.staging))
+                await self._refuse_if_mounted("NodeUnstageVolume", block.staging)
+            await self._cleanup_block(block)
+            return
         staging = req.device_mount_path
         if staging is None:
             return
         if self._stages(req):
             await self.client.unstage(req.source.volume_handle, str(staging))
-        data_file = self._stage_data_file(req, staging)
-        self._cleanup(staging, data_file, stop_at=self.layout.plugin_dir(CSI_PLUGIN))
-        if req.volume_mode == BLOCK:
-            self._cleanup(data_file.parent, stop_at=self.layout.csi_block_root())
+            await self._refuse_if_mounted("NodeUnstageVolume", staging)
+        await self._cleanup((paths.staging_data_file(staging),), (staging, staging.parent))
 
     # ----------------------------------------------------------- publish
 
     async def set_up(self, req: VolumeRequest) -> MountResult:
-        """NodePublishVolume to pods/<uid>/volumes/kubernetes.io~csi/<name>/mount (or a file)."""
+        """NodePublishVolume to pods/<uid>/volumes/kubernetes.io~csi/<spec>/mount (or a file)."""
+        caps = await self._ready()
+        if req.volume_mode == BLOCK:
+            return await self._publish_block(req, caps)
         target = req.mount_path
         if target is None:
-            raise PluginError("InvalidArgument", "no target path", ErrorClass.TRANSIENT)
-        data_file = self._publish_data_file(req, target)
-        try:
-            self.layout.ensure_dir(target.parent)
-            self._write_json(
-                data_file,
-                {
-                    "specVolID": req.spec_name or req.volume_name,
-                    "volumeHandle": req.source.volume_handle,
-                    "driverName": self.driver,
-                    "nodeName": self.node_name,
-                    "attachmentID": "",
-                    "volumeLifecycleMode": "Ephemeral" if req.ephemeral else "Persistent",
-                },
-            )
-        except (OSError, PluginError) as exc:
-            raise PluginError("PublishDir", str(exc), ErrorClass.TRANSIENT) from exc
-        request = csi_pb2.NodePublishVolumeRequest(
-            volume_id=req.source.volume_handle,
-            staging_target_path=self._staging_arg(req),
-            target_path=str(target),
-            volume_capability=self._capability(req),
-            readonly=req.read_only,
-            volume_context=dict(req.source.attributes),
+            raise _transient("InvalidArgument", "no target path in the request")
+        name = target.parent.name
+        data_file = paths.publish_data_file(target)
+        secrets = self._secrets(req.source.node_publish_secret_ref)
+        await self._prepare(
+            "PublishDir", (target.parent,), {data_file: self._publish_data(req, name)}
+        )
+        staging = req.device_mount_path if self._stages(req) else None
+        request = requests.publish_request(
+            req, caps, str(staging) if staging is not None else "", str(target), secrets
         )
         try:
             await self.client.publish(request)
         except PluginError as err:
             if err.final:
-                self._cleanup(target.parent, data_file, stop_at=self.layout.pod_dir(req.pod_uid))
+                await self._cleanup((data_file,), (target, target.parent), after_error=True)
             raise
-        result = await self._verify(target, req.volume_mode != BLOCK)
-        if req.volume_mode == BLOCK:
+        expected = verify.Expected(
+            target,
+            verify.MOUNT,
+            read_only=req.read_only,
+            fs_type=req.source.fs_type,
+            same_device_as=staging,
+            mount_group=req.fs_group if requests.mount_group(req, caps) else None,
+        )
+        result = await asyncio.to_thread(verify.check, expected)
+        if req.fs_group is not None and not requests.mount_group(req, caps):
+            note = f"fsGroup {req.fs_group} not applied (driver lacks VOLUME_MOUNT_GROUP)"
             return MountResult(
                 path=result.path,
-                device_path=str(target),
                 mount_found=result.mount_found,
-                detail=result.detail,
+                detail="; ".join(d for d in (result.detail, note) if d),
             )
         return result
 
-    def _publish_data_file(self, req: VolumeRequest, target: Path) -> Path:
-        if req.volume_mode == BLOCK:
-            return self.layout.csi_block_vol_data_path(self._spec_name(req))
-        return target.parent / "vol_data.json"
+    async def _publish_block(self, req: VolumeRequest, caps: NodeCapabilities) -> MountResult:
+        """Block MapPodDevice: the publish dir, NodePublish; the device file is the result."""
+        block = self._block(req)
+        target = block.publish_path(self.layout, req.pod_uid)
+        secrets = self._secrets(req.source.node_publish_secret_ref)
+        await self._prepare(
+            "PublishDir",
+            (block.publish_dir,),
+            {block.data_file: self._block_data(req, block.publish_dir.name)},
+        )
+        staging = str(block.staging) if self._stages(req) else ""
+        request = requests.publish_request(req, caps, staging, str(target), secrets)
+        try:
+            await self.client.publish(request)
+        except PluginError as err:
+            if err.final:
+                await self._cleanup((), (target,), after_error=True)
+            raise
+        expected = verify.Expected(target, verify.DEVICE, read_only=req.read_only)
+        result = await asyncio.to_thread(verify.check, expected)
+        return MountResult(
+            path=result.path,
+            device_path=str(target),
+            mount_found=result.mount_found,
+            detail=result.detail,
+        )
 
     async def tear_down(self, req: VolumeRequest) -> None:
         """NodeUnpublishVolume; then remove what is left (never a mount point)."""
+        await self._ready()
+        if req.volume_mode == BLOCK:
+            device_file = self._block(req).publish_path(self.layout, req.pod_uid)
+            await self.client.unpublish(req.source.volume_handle, str(device_file))
+            await self._refuse_if_mounted("NodeUnpublishVolume", device_file)
+            await self._cleanup((), (device_file,))
+            return
         target = req.mount_path
         if target is None:
             return
         await self.client.unpublish(req.source.volume_handle, str(target))
-        if req.volume_mode == BLOCK:
-            self._cleanup(target, stop_at=self.layout.csi_block_root())
-            return
-        data_file = self._publish_data_file(req, target)
-        self._cleanup(target, stop_at=target.parent)
-        self._cleanup(target.parent, data_file, stop_at=self.layout.pod_dir(req.pod_uid))
+        await self._refuse_if_mounted("NodeUnpublishVolume", target)
+        await self._cleanup((paths.publish_data_file(target),), (target, target.parent))
 
     # ------------------------------------------------------------ expand
 
     async def expand(self, req: VolumeRequest, new_size: int) -> int:
-        """NodeExpandVolume with capacity_range.required_bytes (kubelet always sends it)."""
-        if not self.caps.expand:
+        """NodeExpandVolume with capacity_range.required_bytes (kubelet always sends it).
+
+        `volume_path` is where the volume is published for the pod when the
+        request names a pod, else where it is staged. Without EXPAND_VOLUME
+        there is nothing to do on the node.
+        """
+        caps = await self._ready()
+        if not caps.expand:
             return new_size
-        path = req.mount_path or req.device_mount_path
-        request = csi_pb2.NodeExpandVolumeRequest(
-            volume_id=req.source.volume_handle,
-            volume_path=str(path) if path else "",
-            staging_target_path=self._staging_arg(req),
-            capacity_range=csi_pb2.CapacityRange(required_bytes=new_size),
-            volume_capability=self._capability(req),
-        )
+        staging = ""
+        if self._stages(req):
+            if req.volume_mode == BLOCK:
+                staging = str(self._block(req).staging)
+            elif req.device_mount_path is not None:
+                staging = str(req.device_mount_path)
+        volume_path = self._volume_path(req) or staging
+        if not volume_path:
+            raise _transient("InvalidArgument", "expand needs a published or staged volume path")
+        request = requests.expand_request(req, caps, volume_path, staging, new_size)
         size = await self.client.expand(request)
         return size or new_size
 
-    # ------------------------------------------------------------ verify
+    def _volume_path(self, req: VolumeRequest) -> str:
+        """Where the volume is published for the pod of `req` ("" for device-level requests)."""
+        if not req.pod_uid:
+            return ""
+        if req.volume_mode == BLOCK:
+            return str(self._block(req).publish_path(self.layout, req.pod_uid))
+        return str(req.mount_path) if req.mount_path is not None else ""
 
-    async def _verify(self, path: Path, expect_mount: bool) -> MountResult:
-        """What /proc/self/mountinfo shows at `path` after the driver said OK."""
-        info = await asyncio.to_thread(find_mount, path)
-        if info is None:
-            detail = "driver reported success but nothing is mounted there"
-            if expect_mount:
-                logger.warning("{}: {}", path, detail)
-            return MountResult(path=str(path), mount_found=False, detail=detail)
-        return MountResult(
-            path=str(path),
-            mount_found=True,
-            detail=f"{info.fstype} {info.source} root={info.root}",
-        )
+    # ------------------------------------------------------------- stats
+
+    async def volume_stats(self, req: VolumeRequest) -> dict[str, int]:
+        """NodeGetVolumeStats at the pod's publish path (as kubelet: volume_id + volume_path)."""
+        caps = await self._ready()
+        if not caps.get_volume_stats:
+            raise PluginError(
+                "Unimplemented", f"driver {self.driver} has no GET_VOLUME_STATS", ErrorClass.FINAL
+            )
+        volume_path = self._volume_path(req)
+        if not volume_path:
+            raise _transient("InvalidArgument", "stats need the pod's publish path")
+        return await self.client.volume_stats(req.source.volume_handle, volume_path)

@@ -7,6 +7,7 @@ through one tagged-union decoder; older schemas through `events.upcast`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -41,9 +42,31 @@ _legacy_json: dict[tuple[str, int], msgspec.json.Decoder[Any]] = {
 }
 
 
+CURRENT_SCHEMAS: dict[str, int] = {name: cls.SCHEMA for name, cls in EVENT_TYPES.items()}
+"""Type name -> the schema this build writes (and decodes without an upcaster)."""
+
+TYPE_INFO: dict[type, tuple[str, int]] = {
+    cls: (name, cls.SCHEMA) for name, cls in EVENT_TYPES.items()
+}
+"""Event body class -> (type name, schema) it is logged with."""
+
+decode_current_body: Callable[[bytes], Event] = _mp_union.decode
+"""Decode a msgpack body already known to be of a current (type, schema)."""
+
+
 def encode_body(body: Body) -> bytes:
     """msgpack bytes of a body, as stored in the log."""
     return _mp_encoder.encode(body)
+
+
+def body_type_info(body: Body) -> tuple[str, int]:
+    """(type name, schema) a body is logged with; TypeError for a non-event."""
+    info = TYPE_INFO.get(type(body))
+    if info is None:
+        raise TypeError(
+            f"{type(body).__name__} is not an event type of events.types.Event; cannot log it"
+        )
+    return info
 
 
 def _check_current(type_name: str, schema: int) -> None:
@@ -59,8 +82,7 @@ def _check_current(type_name: str, schema: int) -> None:
 
 def decode_body(type_name: str, schema: int, data: bytes) -> Event:
     """Decode a stored msgpack body, upcasting older schemas to the current type."""
-    cls = EVENT_TYPES.get(type_name)
-    if cls is not None and schema == cls.SCHEMA:
+    if CURRENT_SCHEMAS.get(type_name) == schema:
         return _mp_union.decode(data)
     key = (type_name, schema)
     dec = _legacy_mp.get(key)

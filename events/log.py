@@ -2,16 +2,24 @@
 
 * `append(stream, expected_version, bodies)` is atomic, checks the stream's
   version (optimistic concurrency) and returns only once the events are on
-  disk (`synchronous=FULL`).
+  disk (WAL with `synchronous=FULL`: the commit fsyncs the WAL).
 * One writer thread owns the write connection. Appenders (threads or asyncio
   tasks) hand it requests; it commits everything that queued up while the
   previous commit was syncing in one transaction (group commit), so many
   appenders share one fsync.
 * Global `seq` is assigned by the writer: gap-free and in commit order.
+* Per-stream lookups go through `stream_index` ((stream, version) -> seq).
+  It is derived data, kept off the durable append path: the writer fills it
+  from the events in larger, later transactions (when idle, or every few
+  thousand events) and on open (crash recovery). `index_state.indexed_seq`
+  says how far it goes; stream reads add the unindexed tail (seq above it,
+  a short rowid range) to what the index finds, in one SQL statement.
+  A group commit thus dirties only append-only pages (the events table and
+  its `ts` index) instead of one index page per stream it touches.
 * Named cursors live in the same database.
 * Only one process may open a log for writing (an flock on `<file>.lock`).
   Files that are not volfsm logs, or come from a newer volfsm, are refused
-  before anything is written to them.
+  before anything is written to them (and before the lock file is created).
 """
 
 from __future__ import annotations
@@ -23,48 +31,94 @@ import os
 import sqlite3
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import sqlite_utils
 
-from events.codec import decode_body, encode_body
+from events.codec import (
+    CURRENT_SCHEMAS,
+    TYPE_INFO,
+    body_type_info,
+    decode_body,
+    decode_current_body,
+    encode_body,
+)
 from events.errors import (
     ConflictError,
     LogClosedError,
     LogLockedError,
     LogMissingError,
+    LogOpenError,
     NewerSchemaError,
     NotAVolfsmLogError,
 )
 from events.types import Body, Envelope
 
 LOG_FORMAT = "volfsm-event-log"
-LOG_SCHEMA = 1
+LOG_SCHEMA = 2
+"""2: stream_index + index_state replace schema 1's unique (stream, version) index on events."""
 ANY_VERSION = -1
 """Pass as `expected_version` to append without a version check."""
 
 Row = tuple[int, str, int, str, int, int, str, bytes]
 _COLUMNS = "seq, stream, version, type, schema, ts, node, body"
+_INSERT = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_UPSERT_CURSOR = (
+    "INSERT INTO cursors (name, seq, updated_us) VALUES (?, ?, ?) "
+    "ON CONFLICT(name) DO UPDATE SET seq = excluded.seq, updated_us = excluded.updated_us"
+)
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_INDEX_FLUSH_EVENTS = 16384
+"""Index the tail once it is this long, even if the writer is never idle."""
+_INDEX_IDLE_S = 0.02
+"""Index the tail after the writer has been idle this long."""
+_TAIL = "seq > (SELECT indexed_seq FROM index_state)"
+_STREAM_ROWS = (
+    f"SELECT e.seq, e.stream, e.version, e.type, e.schema, e.ts, e.node, e.body "
+    "FROM stream_index i JOIN events e ON e.seq = i.seq "
+    "WHERE i.stream = :stream AND i.version > :after "
+    f"UNION ALL SELECT {_COLUMNS} FROM events "
+    f"WHERE {_TAIL} AND stream = :stream AND version > :after "
+    "ORDER BY 3"
+)
+_STREAM_VERSION = (
+    "SELECT max(v) FROM ("
+    "SELECT max(version) AS v FROM stream_index WHERE stream = :stream "
+    f"UNION ALL SELECT max(version) FROM events WHERE {_TAIL} AND stream = :stream)"
+)
+_STREAMS = (
+    f"SELECT stream FROM stream_index UNION SELECT stream FROM events WHERE {_TAIL} ORDER BY 1"
+)
+_INDEX_TAIL = (
+    "INSERT INTO stream_index (stream, version, seq) "
+    "SELECT stream, version, seq FROM events WHERE seq > ? AND seq <= ? ORDER BY stream, version"
+)
+_READ_CHUNK = 16384
+"""Rows fetched per query by the scanning reads (a short read lock per chunk)."""
+_WAL_AUTOCHECKPOINT_PAGES = 8192
+"""Checkpoint the WAL every ~32 MiB instead of SQLite's ~4 MiB: successive
+commits keep rewriting the same hot pages (the last pages of the events table
+and its ts index, the stream_index pages of busy streams); fewer, larger
+checkpoints copy each of them to the database once instead of many times."""
+_WAL_SIZE_LIMIT_BYTES = 64 << 20
+"""After a checkpoint, a WAL that grew past this (a long reader held it) is truncated."""
 
 
 def row_to_envelope(row: Row) -> Envelope:
     """Decode one stored row into an envelope (upcasting old bodies)."""
-    seq, stream, version, type_name, schema, ts, node, body = row
-    decoded = decode_body(type_name, schema, body)
+    seq, stream, version, type_name, schema, ts, node, data = row
+    body = decode_body(type_name, schema, data)
     return Envelope(
         seq=seq,
         stream=stream,
         version=version,
         type=type_name,
-        schema=type(decoded).SCHEMA,
+        schema=type(body).SCHEMA,
         ts=ts,
         node=node,
-        body=decoded,
+        body=body,
     )
 
 
@@ -73,24 +127,112 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-@dataclass
-class _Request:
-    stream: str
-    expected: int
-    items: list[tuple[str, int, bytes, Body]]
-    sync_future: Future[list[Envelope]] | None = None
-    loop: asyncio.AbstractEventLoop | None = None
-    async_future: asyncio.Future[list[Envelope]] | None = None
-    result: list[Envelope] | BaseException | None = field(default=None)
+# --------------------------------------------------------------------- work items
+
+
+class _Work:
+    """A unit of work for the writer thread and the way its submitter waits.
+
+    A thread waits on `lock` (acquired before submitting, released by the
+    writer); an asyncio task awaits `future`, resolved on its own `loop`.
+    The writer leaves the outcome in `result`.
+    """
+
+    __slots__ = ("future", "lock", "loop", "result")
+
+    lock: Any
+    loop: asyncio.AbstractEventLoop | None
+    future: asyncio.Future[None] | None
+    result: Any
+
+
+def _thread_waiter() -> Any:
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
+class _Append(_Work):
+    """An append request; the writer fills `first_seq`, `first_version` and `ts`."""
+
+    __slots__ = ("bodies", "datas", "expected", "first_seq", "first_version", "stream", "ts")
+
+    def __init__(
+        self,
+        stream: str,
+        expected: int,
+        bodies: Sequence[Body],
+        datas: list[bytes],
+        lock: Any,
+        loop: asyncio.AbstractEventLoop | None,
+        future: asyncio.Future[None] | None,
+    ) -> None:
+        self.stream = stream
+        self.expected = expected
+        self.bodies = bodies
+        self.datas = datas
+        self.lock = lock
+        self.loop = loop
+        self.future = future
+        self.result = None
+        self.first_seq = 0
+        self.first_version = 0
+        self.ts = 0
+
+
+class _CursorWrite(_Work):
+    __slots__ = ("name", "seq")
+
+    def __init__(self, name: str, seq: int) -> None:
+        self.name = name
+        self.seq = seq
+        self.lock = _thread_waiter()
+        self.loop = None
+        self.future = None
+        self.result = None
+
+
+def _resolve_async(works: list[_Work]) -> None:
+    for work in works:
+        fut = work.future
+        if fut is None or fut.done():
+            continue
+        if isinstance(work.result, BaseException):
+            fut.set_exception(work.result)
+        else:
+            fut.set_result(None)
+
+
+# ------------------------------------------------------------------- checks
+
+
+def _sniff(path: Path) -> None:
+    """Refuse a non-empty file that does not even start like an SQLite database."""
+    with path.open("rb") as f:
+        head = f.read(len(_SQLITE_MAGIC))
+    if head and head != _SQLITE_MAGIC:
+        raise NotAVolfsmLogError(f"{path}: not a volfsm event log (not an SQLite database)")
+
+
+def _probe_uri(path: Path) -> str:
+    """A read-only URI that creates nothing beside the file.
+
+    Without a `-wal` file the database is entirely in the main file and can
+    be read as immutable (no `-shm`/`-wal` created); with one, the WAL must
+    be read too.
+    """
+    if Path(f"{path}-wal").exists():
+        return f"file:{path}?mode=ro"
+    return f"file:{path}?immutable=1"
 
 
 def _check_existing(path: Path) -> None:
     """Refuse, without writing anything, a file that is not a readable volfsm log."""
     if not path.exists() or path.stat().st_size == 0:
         return
-    uri = f"file:{path}?mode=ro"
+    _sniff(path)
     try:
-        conn = sqlite3.connect(uri, uri=True)
+        conn = sqlite3.connect(_probe_uri(path), uri=True)
     except sqlite3.Error as exc:
         raise NotAVolfsmLogError(f"{path}: cannot be opened as SQLite ({exc})") from exc
     try:
@@ -103,25 +245,32 @@ def _check_existing(path: Path) -> None:
 def _read_meta(conn: sqlite3.Connection, path: Path) -> dict[str, str]:
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "volfsm_meta" not in tables:
+            raise NotAVolfsmLogError(f"{path}: not a volfsm event log (no volfsm_meta table)")
+        return {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM volfsm_meta")}
     except sqlite3.DatabaseError as exc:
         raise NotAVolfsmLogError(f"{path}: not a volfsm event log ({exc})") from exc
-    if "volfsm_meta" not in tables:
-        raise NotAVolfsmLogError(f"{path}: not a volfsm event log (no volfsm_meta table)")
-    return {k: v for k, v in conn.execute("SELECT key, value FROM volfsm_meta")}
 
 
-def _check_meta(meta: dict[str, str], path: Path) -> None:
+def _check_meta(meta: dict[str, str], path: Path) -> int:
+    """The log schema of a readable volfsm log; raises for anything else."""
     if meta.get("format") != LOG_FORMAT:
         raise NotAVolfsmLogError(f"{path}: not a volfsm event log (format {meta.get('format')!r})")
-    schema = int(meta.get("log_schema", "0"))
+    try:
+        schema = int(meta.get("log_schema", "0"))
+    except ValueError:
+        raise NotAVolfsmLogError(
+            f"{path}: not a volfsm event log (log_schema {meta.get('log_schema')!r})"
+        ) from None
     if schema > LOG_SCHEMA:
         raise NewerSchemaError(
             f"{path}: written by a newer volfsm (log schema {schema}; this build reads "
             f"up to {LOG_SCHEMA}); upgrade volfsm to read it. The file was not modified."
         )
+    return schema
 
 
-def _create_schema(db: sqlite_utils.Database, node: str) -> None:
+def _create_schema(db: sqlite_utils.Database, node: str, created_us: int) -> None:
     if "volfsm_meta" not in db.table_names():
         db["volfsm_meta"].create({"key": str, "value": str}, pk="key")
         db["volfsm_meta"].insert_all(
@@ -129,7 +278,7 @@ def _create_schema(db: sqlite_utils.Database, node: str) -> None:
                 {"key": "format", "value": LOG_FORMAT},
                 {"key": "log_schema", "value": str(LOG_SCHEMA)},
                 {"key": "node", "value": node},
-                {"key": "created_us", "value": str(now_us())},
+                {"key": "created_us", "value": str(created_us)},
             ]
         )
     if "events" not in db.table_names():
@@ -147,10 +296,46 @@ def _create_schema(db: sqlite_utils.Database, node: str) -> None:
             pk="seq",
             not_null={"stream", "version", "type", "schema", "ts", "node", "body"},
         )
-        db["events"].create_index(["stream", "version"], unique=True)
         db["events"].create_index(["ts"])
+    _create_stream_index(db)
     if "cursors" not in db.table_names():
         db["cursors"].create({"name": str, "seq": int, "updated_us": int}, pk="name")
+
+
+def _create_stream_index(db: sqlite_utils.Database) -> None:
+    if "stream_index" not in db.table_names():
+        db.execute(
+            "CREATE TABLE stream_index (stream TEXT NOT NULL, version INTEGER NOT NULL, "
+            "seq INTEGER NOT NULL, PRIMARY KEY (stream, version)) WITHOUT ROWID"
+        )
+    if "index_state" not in db.table_names():
+        db["index_state"].create({"id": int, "indexed_seq": int}, pk="id")
+        db["index_state"].insert({"id": 0, "indexed_seq": 0})
+
+
+def _upgrade_schema_1(db: sqlite_utils.Database) -> None:
+    """Schema 1 kept a unique (stream, version) index on events: move it to stream_index."""
+    _create_stream_index(db)
+    db.execute("DROP INDEX IF EXISTS idx_events_stream_version")
+    db.execute("UPDATE volfsm_meta SET value = ? WHERE key = 'log_schema'", (str(LOG_SCHEMA),))
+
+
+def _shim_schema_1(conn: sqlite3.Connection) -> None:
+    """Let a read-only connection to a schema-1 log use the schema-2 queries.
+
+    An empty TEMP stream_index and indexed_seq 0 make every stream read a
+    "tail" read, which schema 1's (stream, version) index on events serves.
+    Nothing is written to the log file.
+    """
+    conn.execute(
+        "CREATE TEMP TABLE stream_index (stream TEXT NOT NULL, version INTEGER NOT NULL, "
+        "seq INTEGER NOT NULL, PRIMARY KEY (stream, version)) WITHOUT ROWID"
+    )
+    conn.execute("CREATE TEMP TABLE index_state (id INTEGER PRIMARY KEY, indexed_seq INTEGER)")
+    conn.execute("INSERT INTO temp.index_state VALUES (0, 0)")
+
+
+# ---------------------------------------------------------------------- the log
 
 
 class EventLog:
@@ -163,48 +348,58 @@ class EventLog:
         node: str = "",
         readonly: bool = False,
         create: bool = True,
-        max_batch: int = 4096,
+        max_batch: int = 16384,
         clock: Callable[[], int] | None = None,
     ) -> None:
         self.path = Path(path)
         self._clock = clock or now_us
         self.readonly = readonly
-        self.max_batch = max_batch
+        self.max_batch = max(1, max_batch)
+        """Most events committed in one transaction."""
         self._lock_fd: int | None = None
         self._closed = False
         self._writer_thread: threading.Thread | None = None
-        self._pending: deque[_Request | _CursorWrite] = deque()
-        self._cond = threading.Condition()
+        self._pending: list[_Work] = []
+        self._writer_idle = False
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._read_lock = threading.Lock()
+        self._read_uri = f"file:{self.path}?mode=ro"
         if readonly:
             self._reader = self._open_readonly()
             self.node = self._meta_value("node")
             return
         if not self.path.exists() and not create:
             raise LogMissingError(f"{self.path}: no volfsm event log here")
+        if not self.path.parent.is_dir():
+            raise LogOpenError(f"{self.path}: directory {self.path.parent} does not exist")
         _check_existing(self.path)
         self._take_lock()
         try:
-            self._writer = sqlite3.connect(
-                str(self.path), isolation_level=None, check_same_thread=False
-            )
-            self._writer.execute("PRAGMA journal_mode=WAL")
-            self._writer.execute("PRAGMA synchronous=FULL")
-            db = sqlite_utils.Database(self._writer)
-            meta_node = node
-            with self._tx():
-                _create_schema(db, node)
+            # Checked again under the lock: the file may have changed meanwhile.
+            _check_existing(self.path)
+            self._writer = self._open_writer(node)
             meta = _read_meta(self._writer, self.path)
             _check_meta(meta, self.path)
-            meta_node = meta.get("node", node)
-            self.node = node or meta_node
+            self.node = node or meta.get("node", "")
+            self._next_seq = self._query_last_seq(self._writer) + 1
+            self._last_ts = self._query_last_ts(self._writer)
+            self._indexed_seq = int(
+                self._writer.execute("SELECT indexed_seq FROM index_state").fetchone()[0]
+            )
+            # Versions of the streams written since open. Every stream with
+            # events above indexed_seq is in here, so a miss may ask the index.
+            self._versions: dict[str, int] = {}
+            try:
+                self._index_tail()  # what a crashed writer left unindexed
+            except sqlite3.Error as exc:
+                raise LogOpenError(f"{self.path}: cannot index the log's events ({exc})") from exc
             self._reader = sqlite3.connect(
                 str(self.path), isolation_level=None, check_same_thread=False
             )
-            self._next_seq = self._query_last_seq(self._writer) + 1
-            self._last_ts = self._query_last_ts(self._writer)
-            self._versions: dict[str, int] = {}
         except BaseException:
+            with contextlib.suppress(Exception):
+                self._writer.close()
             self._release_lock()
             raise
         self._writer_thread = threading.Thread(
@@ -214,11 +409,26 @@ class EventLog:
 
     # ------------------------------------------------------------------ open
 
+    def _open_writer(self, node: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_AUTOCHECKPOINT_PAGES}")
+        conn.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT_BYTES}")
+        db = sqlite_utils.Database(conn)
+        with _Transaction(conn):
+            if "volfsm_meta" not in db.table_names():
+                _create_schema(db, node, self._clock())
+            elif _check_meta(_read_meta(conn, self.path), self.path) < LOG_SCHEMA:
+                _upgrade_schema_1(db)
+        return conn
+
     def _open_readonly(self) -> sqlite3.Connection:
         if not self.path.exists():
             raise LogMissingError(f"{self.path}: no volfsm event log here")
         if self.path.stat().st_size == 0:
             raise NotAVolfsmLogError(f"{self.path}: empty file, not a volfsm event log")
+        _check_existing(self.path)  # refuses foreign files before SQLite may add -wal/-shm
         try:
             conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
             meta = _read_meta(conn, self.path)
@@ -226,23 +436,28 @@ class EventLog:
             raise
         except sqlite3.OperationalError:
             # A copied log in a read-only directory: WAL needs -shm; read it as immutable.
-            conn = sqlite3.connect(
-                f"file:{self.path}?immutable=1", uri=True, check_same_thread=False
-            )
+            self._read_uri = f"file:{self.path}?immutable=1"
+            conn = sqlite3.connect(self._read_uri, uri=True, check_same_thread=False)
             meta = _read_meta(conn, self.path)
-        _check_meta(meta, self.path)
+        if _check_meta(meta, self.path) < LOG_SCHEMA:
+            _shim_schema_1(conn)
         return conn
 
     def _take_lock(self) -> None:
         lock_path = self.path.with_name(self.path.name + ".lock")
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
+            who = (
+                f"this process (pid {holder}) through another EventLog"
+                if holder == str(os.getpid())
+                else f"another process (pid {holder})"
+            )
             raise LogLockedError(
-                f"{self.path}: already open for writing by another process (pid {holder}); "
+                f"{self.path}: already open for writing by {who}; "
                 "only one writer may hold a volfsm log"
             ) from None
         os.ftruncate(fd, 0)
@@ -253,9 +468,6 @@ class EventLog:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
-
-    def _tx(self) -> _Transaction:
-        return _Transaction(self._writer)
 
     def _meta_value(self, key: str) -> str:
         with self._read_lock:
@@ -276,20 +488,55 @@ class EventLog:
 
     # ---------------------------------------------------------------- append
 
-    def _make_request(self, stream: str, expected_version: int, bodies: Sequence[Body]) -> _Request:
+    def _encode(self, stream: str, expected_version: int, bodies: Sequence[Body]) -> list[bytes]:
         if self.readonly:
             raise LogClosedError(f"{self.path}: opened read-only")
         if not bodies:
             raise ValueError("append needs at least one event")
-        items = [(type(b).__name__, type(b).SCHEMA, encode_body(b), b) for b in bodies]
-        return _Request(stream=stream, expected=expected_version, items=items)
+        if not stream:
+            raise ValueError("append needs a stream name")
+        if expected_version < ANY_VERSION:
+            raise ValueError(f"expected_version {expected_version} is not a version")
+        for body in bodies:
+            if type(body) not in TYPE_INFO:
+                body_type_info(body)  # raises the TypeError that explains it
+        return [encode_body(body) for body in bodies]
 
-    def _enqueue(self, req: _Request) -> None:
-        with self._cond:
+    def _submit(self, work: _Work) -> None:
+        with self._lock:
             if self._closed:
                 raise LogClosedError(f"{self.path}: log is closed")
-            self._pending.append(req)
-            self._cond.notify()
+            self._pending.append(work)
+            if self._writer_idle:
+                self._writer_idle = False
+                self._cond.notify()
+
+    def _envelopes(self, req: _Append) -> list[Envelope]:
+        if req.result is not None:
+            raise req.result
+        seq = req.first_seq
+        version = req.first_version
+        stream = req.stream
+        ts = req.ts
+        node = self.node
+        out = []
+        for body in req.bodies:
+            type_name, schema = TYPE_INFO[type(body)]
+            out.append(
+                Envelope(
+                    seq=seq,
+                    stream=stream,
+                    version=version,
+                    type=type_name,
+                    schema=schema,
+                    ts=ts,
+                    node=node,
+                    body=body,  # type: ignore[arg-type]
+                )
+            )
+            seq += 1
+            version += 1
+        return out
 
     def append(self, stream: str, expected_version: int, bodies: Sequence[Body]) -> list[Envelope]:
         """Append `bodies` to `stream` atomically; durable when it returns.
@@ -298,123 +545,194 @@ class EventLog:
         it (0 for a new stream, `ANY_VERSION` to skip the check). A stale one
         raises `ConflictError` and nothing is written.
         """
-        req = self._make_request(stream, expected_version, bodies)
-        req.sync_future = Future()
-        self._enqueue(req)
-        return req.sync_future.result()
+        datas = self._encode(stream, expected_version, bodies)
+        waiter = _thread_waiter()
+        req = _Append(stream, expected_version, bodies, datas, waiter, None, None)
+        self._submit(req)
+        waiter.acquire()
+        return self._envelopes(req)
 
     async def append_async(
         self, stream: str, expected_version: int, bodies: Sequence[Body]
     ) -> list[Envelope]:
         """`append` for asyncio callers: awaits the group commit without blocking the loop."""
-        req = self._make_request(stream, expected_version, bodies)
-        req.loop = asyncio.get_running_loop()
-        req.async_future = req.loop.create_future()
-        self._enqueue(req)
-        return await req.async_future
+        datas = self._encode(stream, expected_version, bodies)
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        req = _Append(stream, expected_version, bodies, datas, None, loop, fut)
+        self._submit(req)
+        await fut
+        return self._envelopes(req)
+
+    # ---------------------------------------------------------------- writer
+
+    def _take_batch(self) -> list[_Work] | None:
+        """Wait for work: a batch; [] when idle long enough to index; None when closed."""
+        with self._cond:
+            while not self._pending:
+                if self._closed:
+                    return None
+                self._writer_idle = True
+                if self._next_seq - 1 > self._indexed_seq:
+                    if not self._cond.wait(_INDEX_IDLE_S) and not self._pending:
+                        self._writer_idle = False
+                        return []
+                else:
+                    self._cond.wait()
+            self._writer_idle = False
+            batch = self._pending
+            events = 0
+            for i, work in enumerate(batch):
+                if isinstance(work, _Append):
+                    events += len(work.datas)
+                    if events > self.max_batch and i > 0:
+                        self._pending = batch[i:]
+                        return batch[:i]
+            self._pending = []
+            return batch
 
     def _write_loop(self) -> None:
         while True:
-            with self._cond:
-                while not self._pending and not self._closed:
-                    self._cond.wait()
-                if not self._pending and self._closed:
-                    return
-                batch = [
-                    self._pending.popleft() for _ in range(min(len(self._pending), self.max_batch))
-                ]
-            self._commit_batch(batch)
-            self._deliver(batch)
+            batch = self._take_batch()
+            if batch is None:
+                break
+            if batch:
+                try:
+                    self._commit_batch(batch)
+                except BaseException as exc:  # never leave a submitter waiting
+                    for work in batch:
+                        if not isinstance(work.result, BaseException):
+                            work.result = exc
+                self._deliver(batch)
+            unindexed = self._next_seq - 1 - self._indexed_seq
+            if unindexed >= (_INDEX_FLUSH_EVENTS if batch else 1):
+                self._try_index_tail()
+        self._try_index_tail()
+
+    def _index_tail(self) -> None:
+        """Add the events above indexed_seq to stream_index, in one transaction."""
+        low, high = self._indexed_seq, self._next_seq - 1
+        if high <= low:
+            return
+        writer = self._writer
+        writer.execute("BEGIN IMMEDIATE")
+        try:
+            writer.execute(_INDEX_TAIL, (low, high))
+            writer.execute("UPDATE index_state SET indexed_seq = ?", (high,))
+            writer.execute("COMMIT")
+        except BaseException:
+            if writer.in_transaction:
+                writer.execute("ROLLBACK")
+            raise
+        self._indexed_seq = high
+
+    def _try_index_tail(self) -> bool:
+        """Index the tail; on failure leave it (stream reads still scan it) and say so."""
+        try:
+            self._index_tail()
+        except sqlite3.Error:
+            return False
+        return True
 
     def _stream_version(self, stream: str) -> int:
-        v = self._versions.get(stream)
-        if v is None:
-            row = self._writer.execute(
-                "SELECT max(version) FROM events WHERE stream = ?", (stream,)
-            ).fetchone()
-            v = int(row[0] or 0)
-            self._versions[stream] = v
+        """A stream not written since open: the index has all of it."""
+        row = self._writer.execute(
+            "SELECT max(version) FROM stream_index WHERE stream = ?", (stream,)
+        ).fetchone()
+        v = int(row[0] or 0)
+        self._versions[stream] = v
         return v
 
-    def _commit_batch(self, batch: list[_Request | _CursorWrite]) -> None:
-        ts = max(self._clock(), self._last_ts)
-        cursor_writes = [c for c in batch if isinstance(c, _CursorWrite)]
+    def _resync(self) -> None:
+        """After a failed batch: re-read where the log ends and the stream versions.
+
+        A rolled-back batch changed nothing, but whatever made it fail may
+        have (someone else wrote to the file): trust the database, not the
+        caches. Versions are re-read from the index once it covers the tail.
+        """
+        with contextlib.suppress(sqlite3.Error):
+            self._next_seq = self._query_last_seq(self._writer) + 1
+            self._last_ts = max(self._last_ts, self._query_last_ts(self._writer))
+            if self._try_index_tail():
+                self._versions.clear()
+
+    def _commit_batch(self, batch: list[_Work]) -> None:
+        ts = self._clock()
+        if ts < self._last_ts:
+            ts = self._last_ts  # timestamps never go backwards in a log
         seq = self._next_seq
+        node = self.node
         rows: list[Row] = []
+        add = rows.append
         touched: dict[str, int] = {}
-        accepted: list[_Request] = []
-        for req in batch:
-            if isinstance(req, _CursorWrite):
+        versions = self._versions
+        type_info = TYPE_INFO
+        accepted: list[_Work] = []
+        cursor_rows: list[tuple[str, int, int]] = []
+        for work in batch:
+            if not isinstance(work, _Append):
+                assert isinstance(work, _CursorWrite)
+                cursor_rows.append((work.name, work.seq, ts))
+                accepted.append(work)
                 continue
-            current = touched.get(req.stream)
+            stream = work.stream
+            current = touched.get(stream)
             if current is None:
-                current = self._stream_version(req.stream)
-            if req.expected != ANY_VERSION and req.expected != current:
-                req.result = ConflictError(req.stream, req.expected, current)
+                current = versions.get(stream)
+                if current is None:
+                    current = self._stream_version(stream)
+            expected = work.expected
+            if expected != ANY_VERSION and expected != current:
+                work.result = ConflictError(stream, expected, current)
                 continue
-            envs: list[Envelope] = []
-            for type_name, schema, data, body in req.items:
+            work.first_seq = seq
+            work.first_version = current + 1
+            work.ts = ts
+            for body, data in zip(work.bodies, work.datas, strict=True):
+                type_name, schema = type_info[type(body)]
                 current += 1
-                rows.append((seq, req.stream, current, type_name, schema, ts, self.node, data))
-                envs.append(
-                    Envelope(
-                        seq=seq,
-                        stream=req.stream,
-                        version=current,
-                        type=type_name,
-                        schema=schema,
-                        ts=ts,
-                        node=self.node,
-                        body=body,  # type: ignore[arg-type]
-                    )
-                )
+                add((seq, stream, current, type_name, schema, ts, node, data))
                 seq += 1
-            touched[req.stream] = current
-            req.result = envs
-            accepted.append(req)
-        if not rows and not cursor_writes:
+            touched[stream] = current
+            accepted.append(work)
+        if not accepted:
             return
+        writer = self._writer
         try:
-            self._writer.execute("BEGIN IMMEDIATE")
+            writer.execute("BEGIN IMMEDIATE")
             if rows:
-                self._writer.executemany(
-                    f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows
-                )
-            for cw in cursor_writes:
-                cw.write()
-            self._writer.execute("COMMIT")
+                writer.executemany(_INSERT, rows)
+            if cursor_rows:
+                writer.executemany(_UPSERT_CURSOR, cursor_rows)
+            writer.execute("COMMIT")
         except BaseException as exc:  # the disk said no: nothing of this batch is acknowledged
-            if self._writer.in_transaction:
-                self._writer.execute("ROLLBACK")
-            for req in accepted:
-                req.result = exc
-            for cw in cursor_writes:
-                cw.error = exc
+            if writer.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    writer.execute("ROLLBACK")
+            for work in accepted:
+                work.result = exc
+            self._resync()
             return
         self._next_seq = seq
         self._last_ts = ts
-        self._versions.update(touched)
+        versions.update(touched)
 
     @staticmethod
-    def _deliver(batch: list[_Request | _CursorWrite]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[_Request]] = {}
-        for req in batch:
-            if isinstance(req, _CursorWrite):
-                if req.error is not None:
-                    req.done.set_exception(req.error)
+    def _deliver(batch: list[_Work]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Work]] = {}
+        for work in batch:
+            if work.lock is not None:
+                work.lock.release()
+            elif work.loop is not None:
+                waiting = by_loop.get(work.loop)
+                if waiting is None:
+                    by_loop[work.loop] = [work]
                 else:
-                    req.done.set_result(None)
-            elif req.sync_future is not None:
-                if isinstance(req.result, BaseException):
-                    req.sync_future.set_exception(req.result)
-                else:
-                    req.sync_future.set_result(req.result or [])
-            elif req.loop is not None:
-                by_loop.setdefault(req.loop, []).append(req)
-        for loop, reqs in by_loop.items():
+                    waiting.append(work)
+        for loop, works in by_loop.items():
             # A closed loop means nobody is waiting any more.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_resolve_async, reqs)
+                loop.call_soon_threadsafe(_resolve_async, works)
 
     # ----------------------------------------------------------------- reads
 
@@ -426,50 +744,101 @@ class EventLog:
     def stream_version(self, stream: str) -> int:
         """The committed version of one stream (0 if it has no events)."""
         with self._read_lock:
-            row = self._reader.execute(
-                "SELECT max(version) FROM events WHERE stream = ?", (stream,)
-            ).fetchone()
+            row = self._reader.execute(_STREAM_VERSION, {"stream": stream}).fetchone()
         return int(row[0] or 0)
 
-    def _iter_rows(
-        self, sql: str, params: tuple[Any, ...], after: int = 0, chunk: int = 8192
-    ) -> Iterator[Row]:
+    def _chunks(self, after: int, until: int | None) -> Iterator[list[Row]]:
+        """Rows with `after` < seq <= `until`, a chunk (one short query) at a time."""
+        upper = until if until is not None else 2**62
         last = after
-        while True:
+        sql = f"SELECT {_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
+        while last < upper:
             with self._read_lock:
-                rows = self._reader.execute(
-                    f"{sql} AND seq > ? ORDER BY seq LIMIT ?", (*params, last, chunk)
-                ).fetchall()
-            yield from rows
-            if len(rows) < chunk:
+                rows: list[Row] = self._reader.execute(sql, (last, upper, _READ_CHUNK)).fetchall()
+            if rows:
+                yield rows
+            if len(rows) < _READ_CHUNK:
                 return
             last = rows[-1][0]
 
     def rows_after(self, seq: int = 0, until_seq: int | None = None) -> Iterator[Row]:
         """Raw rows with `seq` > `seq` (and <= `until_seq`), in order: for fast folds."""
-        upper = until_seq if until_seq is not None else 2**62
-        return self._iter_rows(f"SELECT {_COLUMNS} FROM events WHERE seq <= ?", (upper,), seq)
+        for rows in self._chunks(seq, until_seq):
+            yield from rows
 
     def read_after(self, seq: int = 0, until_seq: int | None = None) -> Iterator[Envelope]:
-        """Every event with `seq` greater than `seq`, in commit order."""
-        for row in self.rows_after(seq, until_seq):
-            yield row_to_envelope(row)
+        """Every event with `seq` greater than `seq` (up to `until_seq`), in commit order."""
+        for rows in self._chunks(seq, until_seq):
+            yield from _decode_rows(rows)
+
+    def replay(
+        self,
+        apply: Callable[[Envelope], object],
+        after: int = 0,
+        until_seq: int | None = None,
+    ) -> int:
+        """Call `apply` with every event after `after` (up to `until_seq`), in order.
+
+        The fast path for folds (recovery, projections): one cursor on a
+        connection of its own (one consistent snapshot, no lock shared with
+        other readers) and no generator between the rows and `apply`.
+        Returns the `seq` of the last event applied (`after` if none).
+        """
+        upper = until_seq if until_seq is not None else 2**62
+        conn = sqlite3.connect(self._read_uri, uri=True, check_same_thread=False)
+        try:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq",
+                (after, upper),
+            )
+            schemas = CURRENT_SCHEMAS
+            decode = decode_current_body
+            make = Envelope
+            seq = after
+            for seq, stream, version, type_name, schema, ts, node, data in rows:
+                if schemas.get(type_name) == schema:
+                    body = decode(data)
+                else:
+                    body = decode_body(type_name, schema, data)
+                    schema = type(body).SCHEMA
+                apply(
+                    make(
+                        seq=seq,
+                        stream=stream,
+                        version=version,
+                        type=type_name,
+                        schema=schema,
+                        ts=ts,
+                        node=node,
+                        body=body,
+                    )
+                )
+            return seq
+        finally:
+            conn.close()
 
     def read_stream(self, stream: str, after_version: int = 0) -> list[Envelope]:
         """One stream's events with version greater than `after_version`."""
         with self._read_lock:
             rows = self._reader.execute(
-                f"SELECT {_COLUMNS} FROM events WHERE stream = ? AND version > ? ORDER BY version",
-                (stream, after_version),
+                _STREAM_ROWS, {"stream": stream, "after": after_version}
             ).fetchall()
-        return [row_to_envelope(r) for r in rows]
+        return list(_decode_rows(rows))
 
     def read_time_range(self, start_us: int, end_us: int) -> Iterator[Envelope]:
         """Events with `start_us` <= ts < `end_us`, in commit order."""
-        for row in self._iter_rows(
-            f"SELECT {_COLUMNS} FROM events WHERE ts >= ? AND ts < ?", (start_us, end_us)
-        ):
-            yield row_to_envelope(row)
+        sql = (
+            f"SELECT {_COLUMNS} FROM events WHERE ts >= ? AND ts < ? AND seq > ? "
+            "ORDER BY seq LIMIT ?"
+        )
+        last = 0
+        while True:
+            with self._read_lock:
+                rows = self._reader.execute(sql, (start_us, end_us, last, _READ_CHUNK)).fetchall()
+            yield from _decode_rows(rows)
+            if len(rows) < _READ_CHUNK:
+                return
+            last = rows[-1][0]
 
     def seq_at_time(self, ts_us: int) -> int:
         """The last `seq` committed at or before `ts_us` (0 if none)."""
@@ -480,9 +849,9 @@ class EventLog:
         return int(row[0] or 0)
 
     def streams(self) -> list[str]:
-        """Every stream name in the log."""
+        """Every stream name in the log, sorted."""
         with self._read_lock:
-            return [r[0] for r in self._reader.execute("SELECT DISTINCT stream FROM events")]
+            return [r[0] for r in self._reader.execute(_STREAMS)]
 
     # --------------------------------------------------------------- cursors
 
@@ -496,23 +865,11 @@ class EventLog:
         """Durably record that consumer `name` has processed everything up to `seq`."""
         if self.readonly:
             raise LogClosedError(f"{self.path}: opened read-only")
-        done: Future[None] = Future()
-
-        def write() -> None:
-            self._writer.execute(
-                "INSERT INTO cursors (name, seq, updated_us) VALUES (?, ?, ?) "
-                "ON CONFLICT(name) DO UPDATE SET seq = excluded.seq, "
-                "updated_us = excluded.updated_us",
-                (name, seq, now_us()),
-            )
-
-        with self._cond:
-            if self._closed:
-                raise LogClosedError(f"{self.path}: log is closed")
-            # Cursor writes share the write connection: run them on the writer thread.
-            self._pending.append(_CursorWrite(write, done))
-            self._cond.notify()
-        done.result()
+        work = _CursorWrite(name, seq)
+        self._submit(work)  # cursor writes share the write connection and its commits
+        work.lock.acquire()
+        if isinstance(work.result, BaseException):
+            raise work.result
 
     def cursors(self) -> dict[str, int]:
         """All named cursors."""
@@ -523,9 +880,9 @@ class EventLog:
 
     def close(self) -> None:
         """Finish queued appends, stop the writer and release the write lock."""
-        if self._closed:
-            return
         with self._cond:
+            if self._closed:
+                return
             self._closed = True
             self._cond.notify_all()
         if self._writer_thread is not None:
@@ -541,22 +898,27 @@ class EventLog:
         self.close()
 
 
-@dataclass
-class _CursorWrite:
-    write: Callable[[], None]
-    done: Future[None]
-    error: BaseException | None = None
-
-
-def _resolve_async(reqs: list[_Request]) -> None:
-    for req in reqs:
-        fut = req.async_future
-        if fut is None or fut.done():
-            continue
-        if isinstance(req.result, BaseException):
-            fut.set_exception(req.result)
+def _decode_rows(rows: Iterable[Row]) -> Iterator[Envelope]:
+    """Envelopes of stored rows; current-schema bodies take the one-decoder fast path."""
+    schemas = CURRENT_SCHEMAS
+    decode = decode_current_body
+    make = Envelope
+    for seq, stream, version, type_name, schema, ts, node, data in rows:
+        if schemas.get(type_name) == schema:
+            body = decode(data)
         else:
-            fut.set_result(req.result or [])
+            body = decode_body(type_name, schema, data)
+            schema = type(body).SCHEMA
+        yield make(
+            seq=seq,
+            stream=stream,
+            version=version,
+            type=type_name,
+            schema=schema,
+            ts=ts,
+            node=node,
+            body=body,
+        )
 
 
 class _Transaction:

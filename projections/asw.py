@@ -8,11 +8,12 @@ from `events.tables` and never imports `transitions`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from events.streams import DEVICE_PREFIX, POD_PREFIX, PODVOL_PREFIX
-from events.tables import DEVICE_FSM, PODVOL_FSM
+from events.tables import DEVICE_FSM, PODVOL_FSM, FsmTable
 from events.types import (
     DesiredSizeChanged,
     DeviceAttached,
@@ -107,9 +108,9 @@ class Asw:
         self.last_ts = env.ts
         stream = env.stream
         if stream.startswith(DEVICE_PREFIX):
-            self._apply_device(stream[len(DEVICE_PREFIX) :], env)
+            self._apply_device(stream[_DEVICE_CUT:], env)
         elif stream.startswith(PODVOL_PREFIX):
-            pod_uid, _, name = stream[len(PODVOL_PREFIX) :].partition("/")
+            pod_uid, _, name = stream[_PODVOL_CUT:].partition("/")
             self._apply_podvol(pod_uid, name, env)
         elif stream.startswith(POD_PREFIX):
             self._apply_desired(env)
@@ -122,33 +123,19 @@ class Asw:
             dev = self.devices[volume_id] = DeviceState(volume_id=volume_id, since_us=env.ts)
         dev.version = env.version
         body = env.body
-        if _apply_operation(dev, body, env.ts):
+        op = _OPERATIONS.get(type(body))
+        if op is not None:
+            op(dev, body, env.ts)
             return
-        new_state = DEVICE_FSM.next_state(dev.state, env.type)
-        if new_state is not None and new_state != dev.state:
-            dev.state = new_state
-            dev.since_us = env.ts
-        if isinstance(body, DeviceAttached):
-            dev.plugin = body.plugin
-            dev.attachable = body.attachable
-            dev.device_path = body.device_path
-            dev.reconstructed = False
-            dev.reason = ""
-        elif isinstance(body, DeviceMounted):
-            dev.device_mount_path = body.device_mount_path
-            dev.reconstructed = False
-            dev.reason = ""
-        elif isinstance(body, DeviceMountUncertain):
-            dev.reason = body.reason
-            dev.reconstructed = dev.reconstructed or body.reconstructed
-            if body.device_mount_path:
-                dev.device_mount_path = body.device_mount_path
-        elif isinstance(body, DeviceUnmounted):
-            dev.device_mount_path = ""
-            dev.reconstructed = False
-            dev.reason = body.reason
-        elif isinstance(body, VolumeResized):
-            dev.size_bytes = body.size_bytes
+        moves = _DEVICE_NEXT.get(env.type)
+        if moves is not None:
+            new_state = moves.get(dev.state)
+            if new_state is not None and new_state != dev.state:
+                dev.state = new_state
+                dev.since_us = env.ts
+        update = _DEVICE_UPDATES.get(type(body))
+        if update is not None:
+            update(dev, body)
         elif env.type == "DeviceDetached":
             del self.devices[volume_id]
 
@@ -161,28 +148,21 @@ class Asw:
             )
         pv.version = env.version
         body = env.body
-        if _apply_operation(pv, body, env.ts):
+        op = _OPERATIONS.get(type(body))
+        if op is not None:
+            op(pv, body, env.ts)
             if isinstance(body, OperationStarted) and body.volume_id:
                 pv.volume_id = body.volume_id
             return
-        new_state = PODVOL_FSM.next_state(pv.state, env.type)
-        if new_state is not None and new_state != pv.state:
-            pv.state = new_state
-            pv.since_us = env.ts
-        if isinstance(body, VolumeMounted):
-            pv.volume_id = body.volume_id
-            pv.mount_path = body.mount_path
-            pv.reconstructed = False
-            pv.reason = ""
-        elif isinstance(body, VolumeMountUncertain):
-            pv.volume_id = body.volume_id
-            pv.reason = body.reason
-            pv.reconstructed = pv.reconstructed or body.reconstructed
-        elif isinstance(body, VolumeUnmounted):
-            pv.volume_id = body.volume_id
-            pv.reason = body.reason
-            pv.reconstructed = False
-            pv.mount_path = ""
+        moves = _PODVOL_NEXT.get(env.type)
+        if moves is not None:
+            new_state = moves.get(pv.state)
+            if new_state is not None and new_state != pv.state:
+                pv.state = new_state
+                pv.since_us = env.ts
+        update = _PODVOL_UPDATES.get(type(body))
+        if update is not None:
+            update(pv, body)
 
     def _apply_desired(self, env: Envelope) -> None:
         body = env.body
@@ -208,34 +188,124 @@ class Asw:
         ]
 
 
-def _apply_operation(entry: DeviceState | PodVolumeState, body: object, ts: int) -> bool:
-    """Record an operation event on its entry; True if `body` was one."""
-    if isinstance(body, OperationStarted):
-        entry.last_operation = OperationRecord(
+def _next_states(table: FsmTable) -> dict[str, dict[str, str]]:
+    """event type -> {state: next state}: `table.next_state` as two dict lookups."""
+    out: dict[str, dict[str, str]] = {}
+    for t in table.transitions:
+        moves = out.setdefault(t.event, {})
+        for source in t.sources:
+            moves.setdefault(source, source if t.dest is None else t.dest)
+    return out
+
+
+_DEVICE_NEXT = _next_states(DEVICE_FSM)
+_PODVOL_NEXT = _next_states(PODVOL_FSM)
+_DEVICE_CUT = len(DEVICE_PREFIX)
+_PODVOL_CUT = len(PODVOL_PREFIX)
+
+Entry = DeviceState | PodVolumeState
+
+
+def _op_started(entry: Entry, body: Any, ts: int) -> None:
+    entry.last_operation = OperationRecord(
+        op_id=body.op_id, operation=body.operation, started_us=ts
+    )
+
+
+def _op_succeeded(entry: Entry, body: Any, ts: int) -> None:
+    op = entry.last_operation
+    if op is not None and op.op_id == body.op_id:
+        op.status = "succeeded"
+        op.ended_us = ts
+
+
+def _op_failed(entry: Entry, body: Any, ts: int) -> None:
+    op = entry.last_operation
+    if op is None or op.op_id != body.op_id:
+        op = entry.last_operation = OperationRecord(
             op_id=body.op_id, operation=body.operation, started_us=ts
         )
-        return True
-    if isinstance(body, OperationSucceeded):
-        op = entry.last_operation
-        if op is not None and op.op_id == body.op_id:
-            op.status = "succeeded"
-            op.ended_us = ts
-        return True
-    if isinstance(body, OperationFailed):
-        op = entry.last_operation
-        if op is None or op.op_id != body.op_id:
-            op = entry.last_operation = OperationRecord(
-                op_id=body.op_id, operation=body.operation, started_us=ts
-            )
-        op.status = "failed"
-        op.ended_us = ts
-        op.code = body.code
-        op.message = body.message
-        op.final = body.final
-        op.backoff_s = body.backoff_s
-        entry.last_error = op
-        return True
-    return False
+    op.status = "failed"
+    op.ended_us = ts
+    op.code = body.code
+    op.message = body.message
+    op.final = body.final
+    op.backoff_s = body.backoff_s
+    entry.last_error = op
+
+
+_OPERATIONS: dict[type, Callable[[Entry, Any, int], None]] = {
+    OperationStarted: _op_started,
+    OperationSucceeded: _op_succeeded,
+    OperationFailed: _op_failed,
+}
+
+
+def _device_attached(dev: DeviceState, body: Any) -> None:
+    dev.plugin = body.plugin
+    dev.attachable = body.attachable
+    dev.device_path = body.device_path
+    dev.reconstructed = False
+    dev.reason = ""
+
+
+def _device_mounted(dev: DeviceState, body: Any) -> None:
+    dev.device_mount_path = body.device_mount_path
+    dev.reconstructed = False
+    dev.reason = ""
+
+
+def _device_uncertain(dev: DeviceState, body: Any) -> None:
+    dev.reason = body.reason
+    dev.reconstructed = dev.reconstructed or body.reconstructed
+    if body.device_mount_path:
+        dev.device_mount_path = body.device_mount_path
+
+
+def _device_unmounted(dev: DeviceState, body: Any) -> None:
+    dev.device_mount_path = ""
+    dev.reconstructed = False
+    dev.reason = body.reason
+
+
+def _volume_resized(dev: DeviceState, body: Any) -> None:
+    dev.size_bytes = body.size_bytes
+
+
+_DEVICE_UPDATES: dict[type, Callable[[DeviceState, Any], None]] = {
+    DeviceAttached: _device_attached,
+    DeviceMounted: _device_mounted,
+    DeviceMountUncertain: _device_uncertain,
+    DeviceUnmounted: _device_unmounted,
+    VolumeResized: _volume_resized,
+}
+
+
+def _volume_mounted(pv: PodVolumeState, body: Any) -> None:
+    pv.volume_id = body.volume_id
+    pv.mount_path = body.mount_path
+    pv.reconstructed = False
+    pv.reason = ""
+
+
+def _volume_uncertain(pv: PodVolumeState, body: Any) -> None:
+    pv.volume_id = body.volume_id
+    pv.reason = body.reason
+    pv.reconstructed = pv.reconstructed or body.reconstructed
+
+
+def _volume_unmounted(pv: PodVolumeState, body: Any) -> None:
+    pv.volume_id = body.volume_id
+    pv.reason = body.reason
+    pv.reconstructed = False
+    pv.mount_path = ""
+
+
+_PODVOL_UPDATES: dict[type, Callable[[PodVolumeState, Any], None]] = {
+    VolumeMounted: _volume_mounted,
+    VolumeMountUncertain: _volume_uncertain,
+    VolumeUnmounted: _volume_unmounted,
+}
 
 
 def fold(envelopes: Iterable[Envelope], asw: Asw | None = None) -> Asw:

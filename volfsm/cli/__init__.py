@@ -11,7 +11,20 @@ from collections.abc import Callable
 
 import typer
 
-from volfsm.cli import demo, diagram, export, history, state, timeline, validate
+from volfsm.cli import (
+    demo,
+    diagram,
+    diff,
+    explain,
+    export,
+    history,
+    ops,
+    replay,
+    serve,
+    state,
+    timeline,
+    validate,
+)
 
 COMMAND_GROUPS: tuple[Callable[[typer.Typer], None], ...] = (
     state.register,
@@ -21,6 +34,11 @@ COMMAND_GROUPS: tuple[Callable[[typer.Typer], None], ...] = (
     export.register,
     diagram.register,
     demo.register,
+    serve.register,
+    ops.register,
+    replay.register,
+    diff.register,
+    explain.register,
 )
 
 

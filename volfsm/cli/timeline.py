@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from events.log import EventLog
 from projections.timeline import OperationMark, Timeline, Timelines, build_timelines
-from volfsm.cli.common import DataDirOpt, DbOpt, Output, OutputOpt, open_log, parse_time
+from projections.timeline_html import render_timeline_html
+from volfsm.cli.common import DataDirOpt, DbOpt, Output, OutputOpt, fail, open_log, parse_time
 from volfsm.render import fmt_duration, fmt_ts, print_json, print_line, print_table, to_builtins
 
 
@@ -132,6 +134,15 @@ def timeline(
         str | None,
         typer.Option("--until", help="Stop at this time; open segments run to it (TIME forms)."),
     ] = None,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Write a self-contained HTML page (bars coloured by state, operations and "
+            "errors marked) to this file instead of printing.",
+            dir_okay=False,
+        ),
+    ] = None,
     output: OutputOpt = Output.table,
     data_dir: DataDirOpt = None,
     db: DbOpt = None,
@@ -139,18 +150,45 @@ def timeline(
     """Show when each device / pod volume was in which state, and its operations.
 
     Open segments (the current state) are measured up to the last event of the
-    log, or to --until.
+    log, or to --until. With --html OUT the same timelines are drawn as an
+    offline HTML page.
     """
     if volume is not None and pod is not None:
         raise typer.BadParameter("give --volume or --pod, not both", param_hint="--volume/--pod")
     until_us = parse_time(until, option="--until") if until is not None else None
     with open_log(data_dir, db) as log:
         tls, end_us = load_timelines(log, until_us)
+        node = log.node
     chosen = _select(tls, volume, pod)
+    if html is not None:
+        _write_html(html, tls, chosen, end_us, node, _subject(tls, volume, pod))
+        return
     if output is Output.json:
         print_json(timeline_json(tls, chosen, end_us))
     else:
         print_timeline_tables(tls, chosen, end_us)
+
+
+def _subject(tls: Timelines, volume: str | None, pod: str | None) -> str | None:
+    if volume is not None:
+        return f"volume {volume}"
+    if pod is not None:
+        known = tls.pods.get(pod)
+        return f"pod {known.namespace}/{known.name}" if known is not None else f"pod {pod}"
+    return None
+
+
+def _write_html(
+    path: Path, tls: Timelines, chosen: list[Timeline], end_us: int, node: str, what: str | None
+) -> None:
+    title = f"volfsm timeline: {what}" if what else f"volfsm timeline: node {node or '?'}"
+    page = render_timeline_html(tls, chosen, end_us, title=title, node=node)
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        fail(f"{path}: cannot write ({exc.strerror})")
+    bars = sum(len(tl.segments) for tl in chosen)
+    print_line(f"wrote {len(chosen)} timelines ({bars} bars) to {path}")
 
 
 def register(app: typer.Typer) -> None:

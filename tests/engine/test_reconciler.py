@@ -1,0 +1,56 @@
+"""The reconciler's dirty set and full-pass screen: nothing missed, idle volumes cost nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from volfsm.plugins.scripted import ScriptedPlugin, final, nonfinal
+
+from .conftest import FAST, EngineFactory
+from .helpers import eventually, failures
+from .objects import claim_volume, pod, pv, pv_set, volume_id_of
+
+STUCK = dataclasses.replace(FAST, backoff_initial=60.0, backoff_max=60.0)
+"""Failures back off for a minute: whatever failed stays to do during the test."""
+
+
+async def test_full_pass_screen_finds_every_kind_of_work_and_skips_idle_volumes(
+    make_engine: EngineFactory,
+) -> None:
+    plugin = ScriptedPlugin(device_mountable=True, expandable=True)
+    vid = {name: volume_id_of(name) for name in ("idle", "mnt", "umnt", "unstage", "grow", "re")}
+    plugin.script("set_up", final("Internal"), volume_id=vid["mnt"])
+    plugin.script("tear_down", final("Internal"), volume_id=vid["umnt"])
+    plugin.script("unmount_device", final("Internal"), volume_id=vid["unstage"])
+    plugin.script("expand", nonfinal("Unavailable"), volume_id=vid["grow"])
+    engine = await make_engine(plugin, config=STUCK)
+    objects = []
+    for name in vid:
+        objects += [*pv_set(name), pod(f"pod-{name}", claim_volume("data", name))]
+    await engine.apply(objects)
+    for name in ("idle", "umnt", "unstage", "grow", "re"):
+        await engine.wait_pod(f"pod-{name}", "mounted", timeout=5)
+    await engine.delete_pod(uid="pod-umnt")
+    await engine.delete_pod(uid="pod-unstage")
+    await engine.apply([pv("grow", size="2Gi")])
+    plugin.script("set_up", final("Internal"), volume_id=vid["re"])
+    engine.remount("pod-re")
+    await eventually(lambda: len(failures(engine.log)) == 5, "five stuck operations")
+    await engine.settle()
+
+    assert engine.reconciler.screen() == {vid[n] for n in ("mnt", "umnt", "unstage", "grow", "re")}
+    stats = engine.reconciler.full_pass()
+    assert stats.volumes == 5 and stats.started == 0 and stats.refused == 5  # all backing off
+    assert engine.reconciler.reconcile().volumes == 0  # nothing dirty: an idle pass is free
+
+
+async def test_a_change_wakes_the_reconciler_without_waiting_for_the_period(
+    make_engine: EngineFactory, plugin: ScriptedPlugin
+) -> None:
+    slow = dataclasses.replace(FAST, reconcile_period=3600.0, full_resync_period=3600.0)
+    engine = await make_engine(plugin, config=slow)
+    await engine.apply([*pv_set("v1"), pod("u1", claim_volume("data", "v1"))])
+    await engine.wait_pod("u1", "mounted", timeout=5)  # woken by the apply, then by each finish
+    await engine.delete_pod(uid="u1")
+    await engine.wait_pod("u1", "unmounted", timeout=5)
+    await eventually(lambda: volume_id_of("v1") not in engine.asw.devices, "detached")

@@ -1,0 +1,289 @@
+"""The aggregator: a durable JetStream pull consumer over every node's events, applied exactly once.
+
+Each fetched batch is flattened, checked against the applied (node, seq)
+ranges, folded, and committed to the store in one transaction; only then is
+the batch acknowledged (AckPolicy.ALL: one ack covers the batch). A crash
+before the commit loses nothing (JetStream redelivers); a crash after the
+commit but before the ack causes redeliveries that the ranges recognise.
+
+Gaps: an event whose seq lies past its node's last applied seq + 1 opens a
+hole; it is logged, recorded with the time it was noticed, and reported
+until the missing events arrive. A node's first event sets where its
+sequence starts, so starting mid-stream (by time) reports no gap.
+
+Where a run starts: the durable consumer keeps its place across restarts.
+A consumer left with unacknowledged deliveries (its previous aggregator
+died mid-batch) is re-created at its ack floor, so the events come again in
+stream order instead of new ones overtaking the redeliveries, which would
+look like gaps for a while. A missing durable is created after the stream
+sequence the store last committed; an empty store with a used durable
+starts over. `StartFrom.BEGINNING` / `StartFrom.TIME` re-create it at the
+start of the stream / at the first message stored at or after a time (the
+stream's time, not the events'). Run one aggregator per durable name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+import nats.errors
+from loguru import logger
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from events.subjects import EVENTS_WILDCARD, parse_msg_id
+from volfsm.analytics.ingest import UNREADABLE, Ingestor
+from volfsm.analytics.store import AnalyticsStore, Batch
+from volfsm.natsutil.stream import MSG_ID_HEADER
+
+EVENT_SUBJECTS = EVENTS_WILDCARD
+"""Every node's events: `volfsm.<node>.events.<EventType>`."""
+
+DEFAULT_DURABLE = "volfsm-analytics"
+
+
+class StartFrom(StrEnum):
+    """Where the consumer starts."""
+
+    RESUME = "resume"
+    """Where the durable consumer left off (from the beginning if it does not exist)."""
+    BEGINNING = "beginning"
+    TIME = "time"
+
+
+@dataclass(slots=True)
+class AggregatorConfig:
+    """How the aggregator consumes."""
+
+    durable: str = DEFAULT_DURABLE
+    stream: str | None = None
+    """The JetStream stream; None: the stream holding `subjects`."""
+    subjects: str = EVENT_SUBJECTS
+    batch: int = 1000
+    fetch_timeout_s: float = 1.0
+    ack_wait_s: float = 30.0
+    start: StartFrom = StartFrom.RESUME
+    start_time_us: int | None = None
+    """With `StartFrom.TIME`: the first message stored at or after this UTC µs."""
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def _start_time(us: int) -> datetime:
+    return datetime.fromtimestamp(us / 1e6, tz=UTC)
+
+
+def _msg_id(msg: Msg) -> tuple[str, int] | None:
+    try:
+        return parse_msg_id((msg.headers or {}).get(MSG_ID_HEADER, ""))
+    except ValueError:
+        return None
+
+
+class Aggregator:
+    """Consumes events from JetStream into an `AnalyticsStore`, each (node, seq) once."""
+
+    def __init__(
+        self,
+        store: AnalyticsStore,
+        js: JetStreamContext,
+        config: AggregatorConfig | None = None,
+        *,
+        clock: Callable[[], int] = _now_us,
+    ) -> None:
+        self.store = store
+        self.js = js
+        self.config = config or AggregatorConfig()
+        self.clock = clock
+        self.ingestor = Ingestor(store, clock)
+        self.stats = self.ingestor.stats
+        self.stream = ""
+        self._start = self.config.start
+        self._sub: JetStreamContext.PullSubscription | None = None
+
+    # ------------------------------------------------------------- consumer
+
+    async def prepare(self) -> None:
+        """Find the stream, create / re-create / bind the durable consumer.
+
+        The configured start applies to the first call only; later calls resume.
+        """
+        cfg = self.config
+        self.stream = cfg.stream or await self.js.find_stream_name_by_subject(cfg.subjects)
+        info = await self._consumer_info()
+        if self._start is StartFrom.BEGINNING:
+            await self._create(info, DeliverPolicy.ALL)
+        elif self._start is StartFrom.TIME:
+            if cfg.start_time_us is None:
+                raise ValueError("StartFrom.TIME needs start_time_us")
+            await self._create(info, DeliverPolicy.BY_START_TIME, start_us=cfg.start_time_us)
+        elif info is None:
+            await self._create_missing()
+        else:
+            await self._resume(info)
+        self._sub = await self.js.pull_subscribe_bind(durable=cfg.durable, stream=self.stream)
+        self._start = StartFrom.RESUME  # set up again after an error: resume, never rewind
+        logger.info("consuming {} ({}) as {}", self.stream, cfg.subjects, cfg.durable)
+
+    async def _create_missing(self) -> None:
+        """No durable: start after what the store committed from this stream, else at its start."""
+        position = self.store.position()
+        if position is not None and position[0] == self.stream:
+            await self._create(None, DeliverPolicy.BY_START_SEQUENCE, start_seq=position[1] + 1)
+        else:
+            await self._create(None, DeliverPolicy.ALL)
+
+    async def _resume(self, info: ConsumerInfo) -> None:
+        """Keep the durable, unless the store is new or deliveries are left unacknowledged."""
+        durable = self.config.durable
+        delivered = info.delivered.stream_seq if info.delivered is not None else 0
+        if not self.ingestor.ranges.ranges and delivered:
+            logger.info("store {} is empty: consumer {} starts over", self.store.path, durable)
+            await self._create(info, DeliverPolicy.ALL)
+        elif info.num_ack_pending:
+            floor = (info.ack_floor.stream_seq if info.ack_floor is not None else 0) or 0
+            logger.info(
+                "consumer {} has {} unacknowledged deliveries; re-creating it after stream seq {}",
+                durable,
+                info.num_ack_pending,
+                floor,
+            )
+            await self._create(info, DeliverPolicy.BY_START_SEQUENCE, start_seq=floor + 1)
+
+    async def _consumer_info(self) -> ConsumerInfo | None:
+        try:
+            info: ConsumerInfo = await self.js.consumer_info(self.stream, self.config.durable)
+        except NotFoundError:
+            return None
+        return info
+
+    async def _create(
+        self,
+        existing: ConsumerInfo | None,
+        policy: DeliverPolicy,
+        *,
+        start_seq: int | None = None,
+        start_us: int | None = None,
+    ) -> None:
+        cfg = self.config
+        if existing is not None:
+            await self.js.delete_consumer(self.stream, cfg.durable)
+        config = ConsumerConfig(
+            durable_name=cfg.durable,
+            deliver_policy=policy,
+            opt_start_seq=start_seq,
+            opt_start_time=_start_time(start_us) if start_us is not None else None,
+            ack_policy=AckPolicy.ALL,
+            ack_wait=cfg.ack_wait_s,
+            max_deliver=-1,
+            max_ack_pending=max(1000, 4 * cfg.batch),
+            filter_subject=cfg.subjects,
+        )
+        await self.js.add_consumer(self.stream, config)
+
+    # -------------------------------------------------------------- running
+
+    async def run(self, stop: asyncio.Event | None = None, retry_s: float = 1.0) -> None:
+        """Consume until `stop` is set (or forever).
+
+        A NATS error (an outage, a leader change, a lost ack, a consumer or
+        stream that went away) is logged; after `retry_s` the consumer is set
+        up again as at start, so deliveries left unacknowledged come again in
+        order. Anything else (the store failing) ends the run.
+        """
+        while stop is None or not stop.is_set():
+            try:
+                if self._sub is None:
+                    await self.prepare()
+                await self.poll()
+            except nats.errors.Error as exc:
+                logger.warning("analytics consumer: {}; retrying", exc or type(exc).__name__)
+                await self._drop_subscription()
+                await asyncio.sleep(retry_s)
+
+    async def _drop_subscription(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+
+    async def run_until_idle(self, idle_polls: int = 1) -> int:
+        """Consume until `idle_polls` fetches in a row return nothing; messages handled."""
+        if self._sub is None:
+            await self.prepare()
+        total = idle = 0
+        while idle < idle_polls:
+            got = await self.poll()
+            total += got
+            idle = 0 if got else idle + 1
+        return total
+
+    async def poll(self) -> int:
+        """Fetch one batch, apply and commit it, then ack it. How many messages came.
+
+        If the commit fails the in-memory state is ahead of the store: drop
+        this aggregator and build a new one (it reloads the committed state).
+        A cancelled poll still waits for a commit already under way.
+        """
+        msgs = await self._fetch()
+        if not msgs:
+            return 0
+        batch = self._apply(msgs)
+        commit = asyncio.ensure_future(asyncio.to_thread(self.store.commit, batch))
+        try:
+            await asyncio.shield(commit)
+        except asyncio.CancelledError:
+            await asyncio.wait([commit])
+            raise
+        self.stats.batches += 1
+        self.stats.last_commit_us = self.clock()
+        await self._ack(msgs[-1])
+        return len(msgs)
+
+    async def _fetch(self) -> list[Msg]:
+        assert self._sub is not None, "call prepare() first"
+        try:
+            msgs: list[Msg] = await self._sub.fetch(
+                self.config.batch, timeout=self.config.fetch_timeout_s
+            )
+        except (TimeoutError, NatsTimeoutError):
+            return []
+        return msgs
+
+    async def _ack(self, last: Msg) -> None:
+        """Acknowledge a committed batch: with AckPolicy.ALL its last message covers it."""
+        await last.ack_sync(timeout=5)
+
+    def _apply(self, msgs: list[Msg]) -> Batch:
+        """Flatten, dedupe and fold a batch; the changes to commit."""
+        builder = self.ingestor.batch()
+        add = builder.add
+        last_msg: dict[str, Msg] = {}
+        for msg in msgs:
+            try:
+                row = add(msg.data)
+            except UNREADABLE as exc:
+                builder.reject(
+                    msg.data,
+                    exc,
+                    key=_msg_id(msg),
+                    subject=msg.subject,
+                    stream_seq=msg.metadata.sequence.stream,
+                )
+                continue
+            if row is not None:
+                last_msg[row.node] = msg
+        for node, msg in last_msg.items():
+            builder.stored_at(node, int(msg.metadata.timestamp.timestamp() * 1_000_000))
+        return builder.finish((self.stream, msgs[-1].metadata.sequence.stream))

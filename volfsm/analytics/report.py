@@ -1,0 +1,185 @@
+"""The analytics report read from a store: figures, JSON form and tables.
+
+`store_report` reads the facts the aggregator committed (finished
+operations, Uncertain spans, pod readiness, node counters, applied ranges)
+and hands them to `projections.analytics.build_report`; the JSON and
+`/metrics` are two renderings of that one `Report`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import msgspec
+
+from projections.analytics import Report, ReportInputs, build_report
+from volfsm.analytics.store import AnalyticsStore, IngestCounters
+from volfsm.render import fmt_ts, print_line, print_table
+
+DEFAULT_LAG_THRESHOLD_S = 300.0
+DEFAULT_STUCK_THRESHOLD_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReportOptions:
+    """What a report covers and which thresholds it applies."""
+
+    since_us: int | None = None
+    lag_threshold_s: float = DEFAULT_LAG_THRESHOLD_S
+    stuck_threshold_s: float = DEFAULT_STUCK_THRESHOLD_S
+    buckets: int = 24
+
+
+def store_inputs(store: AnalyticsStore, since_us: int | None) -> ReportInputs:
+    """The report's facts as committed in `store`, cut to events at or after `since_us`."""
+    return ReportInputs(
+        ops=store.op_rows(since_us),
+        closed_spans=store.closed_spans(since_us),
+        open_spans=store.open_spans(),
+        nodes=store.nodes(),
+        windows=store.windows(since_us) if since_us is not None else None,
+        gaps=store.gaps(),
+        pod_ready_s=store.pod_ready_s(since_us),
+        pending_pods=store.pending_pods(),
+    )
+
+
+def store_report(
+    store: AnalyticsStore, options: ReportOptions | None = None, *, now_us: int | None = None
+) -> Report:
+    """The report of everything in `store` (as of `now_us`, default: now)."""
+    opts = options or ReportOptions()
+    now = now_us if now_us is not None else time.time_ns() // 1000
+    return build_report(
+        store_inputs(store, opts.since_us),
+        now_us=now,
+        since_us=opts.since_us,
+        lag_threshold_s=opts.lag_threshold_s,
+        stuck_threshold_s=opts.stuck_threshold_s,
+        buckets=opts.buckets,
+    )
+
+
+def report_document(report: Report, ingest: IngestCounters | None = None) -> dict[str, Any]:
+    """The report as plain JSON-able data (the `-o json` output and `/api/report`)."""
+    doc: dict[str, Any] = msgspec.to_builtins(report)
+    if ingest is not None:
+        doc["ingest"] = msgspec.to_builtins(ingest)
+    return doc
+
+
+def _s(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def print_report(report: Report, ingest: IngestCounters | None, out: TextIO | None = None) -> None:
+    """The report as tables."""
+    since = f" since {fmt_ts(report.since_us)}" if report.since_us is not None else ""
+    print_line(f"volfsm analytics report at {fmt_ts(report.generated_us)}{since}", out)
+    print_line(f"events: {report.events}, nodes: {len(report.nodes)}", out)
+    if ingest is not None:
+        print_line(
+            f"ingest: {ingest.applied} applied, {ingest.duplicates} redeliveries skipped, "
+            f"{ingest.undecodable} undecodable, {ingest.gaps_noticed} gaps noticed",
+            out,
+        )
+    print_table(
+        "\nOperations",
+        ("DRIVER", "PHASE", "OPERATION", "COUNT", "FAILED", "P50 S", "P90 S", "P99 S"),
+        [
+            (
+                f.driver,
+                f.phase,
+                f.operation,
+                str(f.count),
+                str(f.failed),
+                _s(f.p50_s),
+                _s(f.p90_s),
+                _s(f.p99_s),
+            )
+            for f in report.latency
+        ],
+        out,
+    )
+    print_table(
+        "\nFailures",
+        ("DRIVER", "OPERATION", "CODE", "FINAL", "COUNT"),
+        [
+            (f.driver, f.operation, f.code, "final" if f.final else "non-final", str(f.count))
+            for f in report.failures
+        ],
+        out,
+    )
+    print_table(
+        f"\nUncertain now (stuck: longer than {report.stuck_threshold_s:g}s)",
+        ("NODE", "KIND", "VOLUME", "POD", "SINCE", "SECONDS", "STUCK"),
+        [
+            (
+                u.node,
+                u.kind,
+                u.volume_id,
+                u.pod_uid,
+                fmt_ts(u.since_us),
+                f"{u.seconds:.1f}",
+                "stuck" if u.stuck else "",
+            )
+            for u in report.uncertain_now
+        ],
+        out,
+    )
+    print_table(
+        "\nTime Uncertain per volume (top 20)",
+        ("NODE", "KIND", "VOLUME", "SECONDS", "SPANS"),
+        [
+            (u.node, u.kind, u.volume_id, f"{u.seconds:.3f}", str(u.spans))
+            for u in report.uncertain_volumes[:20]
+        ],
+        out,
+    )
+    print_table(
+        f"\nNodes (lagging: silent longer than {report.lag_threshold_s:g}s)",
+        (
+            "NODE",
+            "EVENTS",
+            "EV/S",
+            "LAST SEQ",
+            "LAST EVENT",
+            "SILENT S",
+            "LAGGING",
+            "PUBLISH LAG S",
+            "RESTARTS",
+            "RECONSTRUCTED",
+            "GAPS",
+        ),
+        [
+            (
+                n.node,
+                str(n.events),
+                f"{n.rate_ev_s:g}",
+                str(n.last_seq),
+                fmt_ts(n.last_event_us),
+                f"{n.silent_s:.1f}",
+                "lagging" if n.lagging else "",
+                f"{n.publish_lag_s:.3f}",
+                str(n.restarts),
+                str(n.reconstructions),
+                f"{n.gaps} ({n.missing_events} missing)" if n.gaps else "0",
+            )
+            for n in report.nodes
+        ],
+        out,
+    )
+    print_table(
+        "\nGaps",
+        ("NODE", "FROM SEQ", "TO SEQ", "MISSING"),
+        [(g.node, str(g.from_seq), str(g.to_seq), str(g.missing)) for g in report.gaps],
+        out,
+    )
+    pr = report.pod_ready
+    print_line(
+        f"\nPod mount-to-ready: {pr.count} pods ready, {pr.pending} pending; "
+        f"p50 {_s(pr.p50_s)}s p90 {_s(pr.p90_s)}s p99 {_s(pr.p99_s)}s max {_s(pr.max_s)}s",
+        out,
+    )

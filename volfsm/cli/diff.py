@@ -1,0 +1,125 @@
+"""`volfsm diff`: what changed between two moments of the log."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+import typer
+
+from projections.diff import EntryChange, WorldDiff, diff_log
+from volfsm.cli.common import TIME_HELP, DataDirOpt, DbOpt, Output, OutputOpt, open_log, parse_time
+from volfsm.render import fmt_bytes, fmt_ts, print_json, print_line, print_table
+
+
+def _moment(asked_us: int | None, seq: int) -> str:
+    when = fmt_ts(asked_us) if asked_us is not None else "the end of the log"
+    return f"{when} (seq {seq})"
+
+
+def _entry_rows(changes: list[EntryChange]) -> list[list[str]]:
+    return [
+        [
+            c.change,
+            c.subject,
+            c.from_state or "-",
+            c.to_state or "-",
+            str(c.events),
+            "; ".join(([f"via {', '.join(c.via)}"] if c.via else []) + c.details),
+        ]
+        for c in changes
+    ]
+
+
+def print_diff(diff: WorldDiff, node: str, from_us: int, to_us: int | None) -> None:
+    """The diff as text: a heading line, then one table per kind of change."""
+    print_line(
+        f"node {node or '?'}: from {_moment(from_us, diff.from_seq)} "
+        f"to {_moment(to_us, diff.to_seq)}: {diff.events} events between"
+    )
+    if diff.empty:
+        print_line("nothing changed")
+        return
+    print_line("")
+    print_table(
+        "Desired pods",
+        ["CHANGE", "POD", "UID", "VOLUMES"],
+        [[p.change, p.pod, p.pod_uid, ", ".join(p.volumes)] for p in diff.pods],
+    )
+    if diff.desired_sizes:
+        print_line("")
+        print_table(
+            "Desired sizes",
+            ["VOLUME", "FROM", "TO"],
+            [
+                [s.volume_id, fmt_bytes(s.from_bytes) or "-", fmt_bytes(s.to_bytes) or "-"]
+                for s in diff.desired_sizes
+            ],
+        )
+    columns = ["CHANGE", "{}", "FROM", "TO", "EVENTS", "DETAIL"]
+    print_line("")
+    print_table(
+        "Devices",
+        [c.format("DEVICE") for c in columns],
+        _entry_rows(diff.devices),
+    )
+    print_line("")
+    print_table(
+        "Pod volumes",
+        [c.format("POD:VOLUME") for c in columns],
+        _entry_rows(diff.pod_volumes),
+    )
+
+
+def diff_json(diff: WorldDiff, node: str, from_us: int, to_us: int | None) -> dict[str, Any]:
+    """The diff as JSON: the moments asked (`from`, `to`; null = end of log), then the diff.
+
+    `from_seq` / `to_seq` are the last events at or before each moment;
+    `from_ts` / `to_ts` their times (0 before the first event).
+    """
+    doc: dict[str, Any] = {
+        "node": node,
+        "from": fmt_ts(from_us),
+        "to": fmt_ts(to_us) or None,
+    }
+    doc.update(msgspec.to_builtins(diff))
+    return doc
+
+
+def diff(
+    from_: Annotated[
+        str, typer.Option("--from", help=f"The earlier moment. {TIME_HELP}", show_default=False)
+    ],
+    to: Annotated[
+        str | None,
+        typer.Option("--to", help="The later moment (same forms; default: the end of the log)."),
+    ] = None,
+    output: OutputOpt = Output.table,
+    data_dir: DataDirOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """Show what changed between two moments: desired pods, devices, pod volumes.
+
+    Each device and pod volume that was added, removed or changed state is
+    listed with its state at both moments, the states it passed through and
+    the number of its events in between; "touched" entries kept their state
+    but had events (e.g. operations that failed and changed nothing).
+    """
+    from_us = parse_time(from_, option="--from")
+    to_us = parse_time(to, option="--to") if to is not None else None
+    if to_us is not None and to_us < from_us:
+        raise typer.BadParameter("--to is before --from", param_hint="--to")
+    with open_log(data_dir, db) as log:
+        from_seq = log.seq_at_time(from_us)
+        to_seq = log.seq_at_time(to_us) if to_us is not None else log.last_seq()
+        result = diff_log(log.read_after(0, until_seq=to_seq), from_seq, to_seq)
+        node = log.node
+    if output is Output.json:
+        print_json(diff_json(result, node, from_us, to_us))
+    else:
+        print_diff(result, node, from_us, to_us)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `diff` to the CLI."""
+    app.command("diff")(diff)

@@ -1,0 +1,485 @@
+"""`volfsm apply | delete pod | get | wait pod`: commands to a running `volfsm serve`.
+
+They find the service through `--nats` (or `$VOLFSM_NATS`, or the
+`nats.url` file the service writes in its data dir) and `--node` (or
+`$VOLFSM_NODE`, the data dir's `node` file, the host name). Exit codes: 0
+done, 1 the service refused or could not be reached (or a wait timed
+out), 2 a bad argument or file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+
+from volfsm.cli.common import DataDirOpt, Output, OutputOpt, fail
+from volfsm.desired.errors import LoadError
+from volfsm.desired.loader import load_objects
+from volfsm.render import fmt_bytes, fmt_duration, fmt_ts, print_json, print_line, print_table
+from volfsm.service.client import (
+    DEFAULT_TIMEOUT_S,
+    NATS_ENV,
+    NODE_ENV,
+    CommandFailedError,
+    ServiceClient,
+    ServiceUnreachableError,
+    Target,
+    auth_options,
+    find_target,
+)
+from volfsm.service.config import ConfigError
+
+EXIT_FAILED = 1
+"""Exit code when the service refused the command, was unreachable, or a wait timed out."""
+
+POLL_INTERVAL_S = 0.2
+PANEL = "Finding the service"
+
+T = TypeVar("T")
+
+NatsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--nats",
+        envvar=NATS_ENV,
+        help="NATS URL of the service. Default: <data-dir>/nats.url.",
+        rich_help_panel=PANEL,
+        show_default=False,
+    ),
+]
+NodeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--node",
+        envvar=NODE_ENV,
+        help="Node to talk to. Default: <data-dir>/node, else the host name.",
+        rich_help_panel=PANEL,
+        show_default=False,
+    ),
+]
+TimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--request-timeout", min=0.1, help="Seconds to wait for each reply.", rich_help_panel=PANEL
+    ),
+]
+
+
+def _auth(name: str, env: str, help_text: str) -> Any:
+    return typer.Option(name, envvar=env, help=help_text, rich_help_panel=PANEL, show_default=False)
+
+
+UserOpt = Annotated[str | None, _auth("--nats-user", "VOLFSM_NATS_USER", "NATS user.")]
+PasswordOpt = Annotated[
+    str | None, _auth("--nats-password", "VOLFSM_NATS_PASSWORD", "NATS password.")
+]
+TokenOpt = Annotated[str | None, _auth("--nats-token", "VOLFSM_NATS_TOKEN", "NATS token.")]
+CredsOpt = Annotated[str | None, _auth("--nats-creds", "VOLFSM_NATS_CREDS", "NATS .creds file.")]
+CaOpt = Annotated[str | None, _auth("--nats-tls-ca", "VOLFSM_NATS_TLS_CA", "CA for NATS TLS.")]
+CertOpt = Annotated[
+    str | None, _auth("--nats-tls-cert", "VOLFSM_NATS_TLS_CERT", "Client cert for NATS TLS.")
+]
+KeyOpt = Annotated[
+    str | None, _auth("--nats-tls-key", "VOLFSM_NATS_TLS_KEY", "Client key for NATS TLS.")
+]
+
+
+def _target(
+    nats: str | None,
+    node: str | None,
+    data_dir: Path | None,
+    user: str | None,
+    password: str | None,
+    token: str | None,
+    creds: str | None,
+    ca: str | None,
+    cert: str | None,
+    key: str | None,
+) -> Target:
+    try:
+        options = auth_options(
+            user=user,
+            password=password,
+            token=token,
+            creds=creds,
+            tls_ca=ca,
+            tls_cert=cert,
+            tls_key=key,
+        )
+        return find_target(nats_url=nats, node=node, data_dir=data_dir, options=options)
+    except ConfigError as exc:
+        fail(str(exc))
+    except ServiceUnreachableError as exc:
+        _failed(str(exc))
+
+
+def _failed(message: str) -> NoReturn:
+    typer.echo(f"volfsm: error: {message}", err=True)
+    raise typer.Exit(EXIT_FAILED)
+
+
+def _run(target: Target, timeout: float, work: Callable[[ServiceClient], Awaitable[T]]) -> T:
+    """Connect, run `work`, close; errors become one line on stderr and exit 1."""
+
+    async def main() -> T:
+        async with ServiceClient(target, timeout=timeout) as client:
+            return await work(client)
+
+    try:
+        return asyncio.run(main())
+    except ServiceUnreachableError as exc:
+        _failed(str(exc))
+    except CommandFailedError as exc:
+        _failed(f"node {target.node}: {exc}")
+
+
+def _split_name(text: str) -> tuple[str, str]:
+    namespace, sep, name = text.partition("/")
+    if not sep:
+        namespace, name = "default", text
+    if not namespace or not name or "/" in name:
+        raise typer.BadParameter(f"expected NAMESPACE/NAME or NAME, got {text!r}")
+    return namespace, name
+
+
+# --------------------------------------------------------------- formatting
+
+
+def describe_op(op: dict[str, Any] | None) -> str:
+    """'volume_mount succeeded in 0.012s' from an operation status ('' for None)."""
+    if not op:
+        return ""
+    text = f"{op.get('operation', '?')} {op.get('status', '?')}"
+    ended, started = op.get("ended_us"), op.get("started_us")
+    if isinstance(ended, int) and isinstance(started, int):
+        text += f" in {fmt_duration(ended - started)}"
+    elif isinstance(started, int):
+        text += f" since {fmt_ts(started)}"
+    return text
+
+
+def describe_err(op: dict[str, Any] | None) -> str:
+    """'volume_mount: NotFound: volume x does not exist (final)' ('' for None)."""
+    if not op:
+        return ""
+    kind = "final" if op.get("final") else "retried"
+    message = str(op.get("message", ""))
+    if len(message) > 120:
+        message = message[:117] + "..."
+    return f"{op.get('operation', '?')}: {op.get('code', '?')}: {message} ({kind})"
+
+
+def describe_retry(next_retry_us: Any) -> str:
+    """When a failed operation may run again, as a time and 'in Ns'."""
+    if not isinstance(next_retry_us, int):
+        return ""
+    left = next_retry_us - time.time_ns() // 1000
+    return f"{fmt_ts(next_retry_us)} (in {max(0, left) / 1e6:.1f}s)" if left > 0 else "now"
+
+
+def _header(reply: dict[str, Any]) -> str:
+    relay = reply.get("relay") or {}
+    nats = "connected" if relay.get("connected") else "disconnected"
+    lag = reply.get("publish_lag")
+    return (
+        f"node {reply.get('node', '?')}, seq {reply.get('last_seq', 0)}, "
+        f"publish lag {lag if lag is not None else '?'} (NATS {nats})"
+    )
+
+
+def print_pods(reply: dict[str, Any]) -> None:
+    """Pods, one row per pod-volume."""
+    rows: list[list[str]] = []
+    for pod in reply.get("items", []):
+        name = f"{pod.get('namespace', '')}/{pod.get('name', '')}"
+        volumes = pod.get("volumes") or []
+        if not volumes:
+            rows.append([name, pod.get("phase", ""), "", "", "", "", ""])
+        for vol in volumes:
+            rows.append(
+                [
+                    name,
+                    pod.get("phase", ""),
+                    vol.get("name", ""),
+                    vol.get("state", ""),
+                    describe_op(vol.get("last_operation")),
+                    describe_err(vol.get("last_error")),
+                    describe_retry(vol.get("next_retry_us")),
+                ]
+            )
+    print_line(_header(reply))
+    print_table(
+        "",
+        ["POD", "PHASE", "VOLUME", "STATE", "LAST OP", "LAST ERROR", "NEXT RETRY"],
+        rows,
+    )
+
+
+def print_volumes(reply: dict[str, Any]) -> None:
+    """Volumes, one row each."""
+    rows = [
+        [
+            vol.get("volume_id", ""),
+            vol.get("state", ""),
+            vol.get("plugin", ""),
+            fmt_bytes(vol.get("size_bytes")),
+            str(len(vol.get("held_by") or [])),
+            describe_op(vol.get("last_operation")),
+            describe_err(vol.get("last_error")),
+            describe_retry(vol.get("next_retry_us")),
+        ]
+        for vol in reply.get("items", [])
+    ]
+    print_line(_header(reply))
+    print_table(
+        "",
+        ["VOLUME", "STATE", "PLUGIN", "SIZE", "HOLDERS", "LAST OP", "LAST ERROR", "NEXT RETRY"],
+        rows,
+    )
+
+
+# ----------------------------------------------------------------- commands
+
+
+def apply(
+    filename: Annotated[
+        list[str],
+        typer.Option(
+            "--filename",
+            "-f",
+            help="YAML or JSON file, directory (*.yaml, *.yml, *.json) or - for stdin. Repeatable.",
+        ),
+    ],
+    output: OutputOpt = Output.table,
+    nats: NatsOpt = None,
+    node: NodeOpt = None,
+    data_dir: DataDirOpt = None,
+    request_timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
+    nats_user: UserOpt = None,
+    nats_password: PasswordOpt = None,
+    nats_token: TokenOpt = None,
+    nats_creds: CredsOpt = None,
+    nats_tls_ca: CaOpt = None,
+    nats_tls_cert: CertOpt = None,
+    nats_tls_key: KeyOpt = None,
+) -> None:
+    """Apply PersistentVolumes, PersistentVolumeClaims and Pods (all or nothing)."""
+    objects: list[dict[str, Any]] = []
+    for source in filename:
+        try:
+            objects.extend(load_objects(source))
+        except LoadError as exc:
+            fail(str(exc))
+    if not objects:
+        fail(f"no objects in {', '.join(filename)}")
+    target = _target(
+        nats, node, data_dir, nats_user, nats_password, nats_token, nats_creds,
+        nats_tls_ca, nats_tls_cert, nats_tls_key,
+    )  # fmt: skip
+    reply = _run(target, request_timeout, lambda c: c.request("apply", {"objects": objects}))
+    if output is Output.json:
+        print_json(reply)
+        return
+    for result in reply.get("results", []):
+        where = f"{result['namespace']}/{result['name']}" if result["namespace"] else result["name"]
+        print_line(f"{str(result['kind']).lower()}/{where} {result['action']}")
+
+
+delete_app = typer.Typer(help="Remove objects from the node's desired state.", no_args_is_help=True)
+
+
+@delete_app.command("pod")
+def delete_pod(
+    pod: Annotated[
+        str | None, typer.Argument(help="NAMESPACE/NAME (or NAME in default).", show_default=False)
+    ] = None,
+    uid: Annotated[str | None, typer.Option("--uid", help="Delete by pod UID instead.")] = None,
+    nats: NatsOpt = None,
+    node: NodeOpt = None,
+    data_dir: DataDirOpt = None,
+    request_timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
+    nats_user: UserOpt = None,
+    nats_password: PasswordOpt = None,
+    nats_token: TokenOpt = None,
+    nats_creds: CredsOpt = None,
+    nats_tls_ca: CaOpt = None,
+    nats_tls_cert: CertOpt = None,
+    nats_tls_key: KeyOpt = None,
+) -> None:
+    """Delete a pod: its volumes are then unmounted (`volfsm wait pod --for unmounted`)."""
+    if (pod is None) == (uid is None):
+        raise typer.BadParameter("give NAMESPACE/NAME or --uid", param_hint="POD")
+    body: dict[str, str]
+    if uid is not None:
+        body, shown = {"uid": uid}, f"uid {uid}"
+    else:
+        assert pod is not None
+        namespace, name = _split_name(pod)
+        body, shown = {"namespace": namespace, "name": name}, f"{namespace}/{name}"
+    target = _target(
+        nats, node, data_dir, nats_user, nats_password, nats_token, nats_creds,
+        nats_tls_ca, nats_tls_cert, nats_tls_key,
+    )  # fmt: skip
+    _run(target, request_timeout, lambda c: c.request("delete", body))
+    print_line(f"pod/{shown} deleted")
+
+
+class What(StrEnum):
+    """What `get` lists."""
+
+    pods = "pods"
+    volumes = "volumes"
+
+
+_WHAT_ALIASES = {
+    "pod": "pods",
+    "po": "pods",
+    "volume": "volumes",
+    "vol": "volumes",
+    "pv": "volumes",
+}
+
+
+def get(
+    what: Annotated[str, typer.Argument(help="pods or volumes.", metavar="pods|volumes")],
+    output: OutputOpt = Output.table,
+    nats: NatsOpt = None,
+    node: NodeOpt = None,
+    data_dir: DataDirOpt = None,
+    request_timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
+    nats_user: UserOpt = None,
+    nats_password: PasswordOpt = None,
+    nats_token: TokenOpt = None,
+    nats_creds: CredsOpt = None,
+    nats_tls_ca: CaOpt = None,
+    nats_tls_cert: CertOpt = None,
+    nats_tls_key: KeyOpt = None,
+) -> None:
+    """List pods (per volume: state, last operation, last error, next retry) or volumes."""
+    key = _WHAT_ALIASES.get(what.lower(), what.lower())
+    if key not in (What.pods, What.volumes):
+        raise typer.BadParameter(f"{what!r}: expected pods or volumes", param_hint="WHAT")
+    target = _target(
+        nats, node, data_dir, nats_user, nats_password, nats_token, nats_creds,
+        nats_tls_ca, nats_tls_cert, nats_tls_key,
+    )  # fmt: skip
+    reply = _run(target, request_timeout, lambda c: c.request("get", {"what": key}))
+    if output is Output.json:
+        print_json(reply)
+    elif key == What.pods:
+        print_pods(reply)
+    else:
+        print_volumes(reply)
+
+
+class WaitFor(StrEnum):
+    """Condition `wait pod` waits for."""
+
+    mounted = "mounted"
+    unmounted = "unmounted"
+
+
+def pod_condition(items: list[dict[str, Any]], for_: WaitFor) -> bool:
+    """Whether the pods named (all uids with that namespace/name) meet the condition.
+
+    mounted: a desired one has every volume Mounted; unmounted: none is
+    desired and none holds a volume (phase Gone, or unknown to the node).
+    """
+    if for_ is WaitFor.mounted:
+        return any(p.get("desired") and p.get("phase") == "Mounted" for p in items)
+    return all(not p.get("desired") and p.get("phase") == "Gone" for p in items)
+
+
+def explain_wait(items: list[dict[str, Any]], for_: WaitFor) -> str:
+    """Which volumes hold the pod back, and why."""
+    if not items:
+        return "the node does not know this pod (apply it first)"
+    parts: list[str] = []
+    for pod in items:
+        if for_ is WaitFor.mounted and not pod.get("desired"):
+            parts.append(f"pod uid {pod.get('uid')} is not desired (deleted)")
+            continue
+        if for_ is WaitFor.unmounted and pod.get("desired"):
+            parts.append(f"pod uid {pod.get('uid')} is still desired (delete it first)")
+        for vol in pod.get("volumes") or []:
+            state = vol.get("state", "")
+            if (for_ is WaitFor.mounted and state == "Mounted") or (
+                for_ is WaitFor.unmounted and state not in ("Mounted", "Uncertain")
+            ):
+                continue
+            why = describe_err(vol.get("last_error"))
+            retry = describe_retry(vol.get("next_retry_us"))
+            text = f"volume {vol.get('name')} is {state}"
+            if why:
+                text += f"; last error {why}"
+            if retry:
+                text += f"; next retry {retry}"
+            parts.append(text)
+    return "; ".join(parts) or f"phase {', '.join(str(p.get('phase')) for p in items)}"
+
+
+wait_app = typer.Typer(help="Wait for a condition on the node.", no_args_is_help=True)
+
+
+@wait_app.command("pod")
+def wait_pod(
+    pod: Annotated[str, typer.Argument(help="NAMESPACE/NAME (or NAME in default).")],
+    for_: Annotated[
+        WaitFor, typer.Option("--for", help="mounted: every volume Mounted; unmounted: all gone.")
+    ],
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0, help="Give up after this many seconds.")
+    ] = 60.0,
+    nats: NatsOpt = None,
+    node: NodeOpt = None,
+    data_dir: DataDirOpt = None,
+    request_timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
+    nats_user: UserOpt = None,
+    nats_password: PasswordOpt = None,
+    nats_token: TokenOpt = None,
+    nats_creds: CredsOpt = None,
+    nats_tls_ca: CaOpt = None,
+    nats_tls_cert: CertOpt = None,
+    nats_tls_key: KeyOpt = None,
+) -> None:
+    """Wait until a pod's volumes are all mounted, or all unmounted (polls `get`)."""
+    namespace, name = _split_name(pod)
+    target = _target(
+        nats, node, data_dir, nats_user, nats_password, nats_token, nats_creds,
+        nats_tls_ca, nats_tls_cert, nats_tls_key,
+    )  # fmt: skip
+    query = {"what": "pods", "namespace": namespace, "name": name}
+
+    async def poll(client: ServiceClient) -> tuple[bool, list[dict[str, Any]]]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            reply = await client.request("get", query)
+            items = list(reply.get("items", []))
+            if pod_condition(items, for_):
+                return True, items
+            if loop.time() >= deadline:
+                return False, items
+            await asyncio.sleep(min(POLL_INTERVAL_S, max(0.0, deadline - loop.time())))
+
+    done, items = _run(target, request_timeout, poll)
+    if not done:
+        _failed(
+            f"pod {namespace}/{name} not {for_.value} after {timeout:g}s: "
+            f"{explain_wait(items, for_)}"
+        )
+    print_line(f"pod/{namespace}/{name} {for_.value}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `apply`, `delete pod`, `get` and `wait pod` to the CLI."""
+    app.command("apply")(apply)
+    app.add_typer(delete_app, name="delete")
+    app.command("get")(get)
+    app.add_typer(wait_app, name="wait")

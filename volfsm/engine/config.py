@@ -1,0 +1,46 @@
+"""Engine settings: reconcile timing, backoff, timeouts, and when unmounts may start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the volume engine reconciles and runs operations.
+
+    Defaults are the kubelet's (reference §2.1, §3): a 100 ms reconcile
+    period, backoff 0.5 s doubling to 2 min 2 s, a 2 minute plugin call
+    timeout (the CSI client's) and 10 minutes waiting for attach.
+    """
+
+    reconcile_period: float = 0.1
+    """Seconds between level-triggered passes over what is left to do (retries)."""
+
+    full_resync_period: float = 10.0
+    """Seconds between passes over every volume (belt and braces behind the dirty set)."""
+
+    max_volumes_per_pass: int = 4096
+    """Volumes one pass handles before yielding to the event loop; the rest follow at once."""
+
+    backoff_initial: float = 0.5
+    """Backoff after an operation's first failure, seconds."""
+
+    backoff_factor: float = 2.0
+    """Each further failure multiplies the backoff by this."""
+
+    backoff_max: float = 122.0
+    """Backoff cap, seconds (kubelet: 2 min 2 s)."""
+
+    operation_timeout: float | None = 120.0
+    """Timeout of each plugin call (stage, publish, ...); None waits forever."""
+
+    wait_for_attach_timeout: float = 600.0
+    """How long a mount waits for the volume to be attached before giving up (no state change)."""
+
+    desired_complete: bool = True
+    """Whether the desired state is known complete at start (kubelet's readyToUnmount).
+
+    While False nothing is unmounted, unstaged or detached; mounts still run.
+    `VolumeEngine.set_desired_complete()` flips it.
+    """

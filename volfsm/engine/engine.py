@@ -1,0 +1,557 @@
+"""The volume engine: the kubelet VolumeManager's job as an asyncio object.
+
+`VolumeEngine` owns the desired state (DSW), the actual state (the ASW
+projection of the log, kept live from every appended event), the
+reconciler and the operation executor. Its API is what the service (NATS
+command intake, CLI) calls:
+
+    engine = VolumeEngine(log, root_dir, plugins, EngineConfig())
+    await engine.start()                      # fold the log, then reconcile
+    result = await engine.apply(objects)      # PV / PVC / Pod dicts
+    await engine.wait_pod(uid, for_="mounted", timeout=30)
+    await engine.delete_pod(namespace="default", name="web")
+    engine.pods(); engine.volumes()           # status
+    await engine.stop(grace_s=5)
+
+Every change of desired state is recorded as desired-state events before
+the engine acts on it, and every operation records its start and outcome,
+so a replay of the log shows what the engine wanted, did and saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from events.log import EventLog
+from events.tables import MOUNTED, UNMOUNTED
+from events.types import (
+    Envelope,
+    PodAdded,
+    PodRemoved,
+    VolumeMounted,
+    VolumeSource,
+)
+from projections.asw import Asw, OperationRecord
+from volfsm.desired.dsw import DesiredChange, DesiredStateOfWorld
+from volfsm.desired.plan import ApplyResult as ObjectResult
+from volfsm.engine.config import EngineConfig
+from volfsm.engine.executor import Operation, OperationExecutor
+from volfsm.engine.index import EngineIndex
+from volfsm.engine.operations import (
+    EXPAND_VOLUME,
+    MAP_VOLUME,
+    VOLUME_MOUNT,
+    OperationGenerator,
+    mount_key_pod,
+)
+from volfsm.engine.pending import BackoffPolicy, NestedPendingOperations
+from volfsm.engine.reconciler import Reconciler
+from volfsm.engine.status import (
+    PodStatus,
+    PodVolumeStatus,
+    VolumeStatus,
+    next_retry_us,
+    operation_status,
+    pod_phase,
+)
+from volfsm.errors import VolfsmError
+from volfsm.handler import CommandHandler
+from volfsm.layout import RootLayout
+from volfsm.plugins.base import PluginError, VolumePlugin
+
+log = logging.getLogger(__name__)
+
+WaitFor = Literal["mounted", "unmounted"]
+
+
+class PluginCatalogLike(Protocol):
+    """What the engine needs of the plugin catalog."""
+
+    def find(self, source: VolumeSource) -> VolumePlugin:
+        """The plugin serving `source` (TRANSIENT `PluginError` if none)."""
+
+    def can_serve(self, source: VolumeSource, volume_mode: str) -> str | None:
+        """None if a plugin can serve `source` in `volume_mode`, else why not."""
+
+
+class EngineNotRunningError(VolfsmError):
+    """The engine was not started, or was stopped."""
+
+
+class PodWaitTimeoutError(VolfsmError, TimeoutError):
+    """`wait_pod` timed out; `status` says where each volume stands and why."""
+
+    def __init__(self, uid: str, for_: str, timeout: float, status: PodStatus | None) -> None:
+        self.uid = uid
+        self.for_ = for_
+        self.status = status
+        super().__init__(f"pod {uid}: not {for_} after {timeout:g} s: {_explain(status, for_)}")
+
+
+def _explain(status: PodStatus | None, for_: str) -> str:
+    """Which volumes hold the pod back, with their state and last error (not a catch-all)."""
+    if status is None:
+        return "the engine does not know this pod"
+    if for_ == "mounted" and not status.desired:
+        return "the pod is not in the desired state"
+    parts = []
+    for vol in status.volumes:
+        if (for_ == "mounted" and vol.state == MOUNTED) or (
+            for_ == "unmounted" and vol.state == UNMOUNTED
+        ):
+            continue
+        err = vol.last_error
+        why = f"; last error {err.operation} {err.code}: {err.message}" if err else ""
+        parts.append(f"{vol.name} is {vol.state}{why}")
+    if for_ == "unmounted" and status.desired:
+        parts.insert(0, "the pod is still desired")
+    return "; ".join(parts) or "waiting"
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """What an apply did: a line per object, and the desired-state events it recorded."""
+
+    objects: tuple[ObjectResult, ...] = ()
+    events: tuple[Envelope, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything was recorded."""
+        return bool(self.events)
+
+
+@dataclass
+class _Waiter:
+    for_: WaitFor
+    future: asyncio.Future[None] = field(repr=False)
+
+
+class VolumeEngine:
+    """DSW + ASW + reconciler + executor, started and stopped in an asyncio program."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        root_dir: Path | str,
+        plugins: PluginCatalogLike,
+        config: EngineConfig | None = None,
+    ) -> None:
+        self.log = log
+        self.config = config or EngineConfig()
+        self.layout = RootLayout(root_dir)
+        self.plugins = plugins
+        self.handler = CommandHandler(log)
+        self.asw = Asw()
+        self.dsw = DesiredStateOfWorld(plugins.can_serve)
+        self.index = EngineIndex(self.dsw)
+        cfg = self.config
+        self.pending = NestedPendingOperations(
+            BackoffPolicy(
+                initial=cfg.backoff_initial, factor=cfg.backoff_factor, maximum=cfg.backoff_max
+            )
+        )
+        self.executor = OperationExecutor(
+            self.handler,
+            self.pending,
+            on_finished=self._on_operation_finished,
+            operation_timeout=cfg.operation_timeout,
+        )
+        self.generator = OperationGenerator(
+            handler=self.handler,
+            asw=self.asw,
+            sizes=self.dsw,
+            holders=self.index,
+            plugins=plugins,
+            layout=self.layout,
+            executor=self.executor,
+            wait_for_attach_timeout=cfg.wait_for_attach_timeout,
+        )
+        self.reconciler = Reconciler(
+            asw=self.asw,
+            dsw=self.dsw,
+            index=self.index,
+            pending=self.pending,
+            executor=self.executor,
+            generator=self.generator,
+            layout=self.layout,
+            config=cfg,
+        )
+        self._waiters: dict[str, list[_Waiter]] = {}
+        self._change_lock = asyncio.Lock()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._running = False
+        self._stopped = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Fold the log into ASW, DSW and index, then start reconciling."""
+        if self._running or self._stopped:
+            raise EngineNotRunningError("an engine starts once")
+        await asyncio.to_thread(self._fold_log)
+        for uid in list(self.index.removed_pods):
+            self.reconciler.queue_pod_cleanup(uid)
+        self._restore_failures()
+        self.handler.subscribe(self._on_envelopes)
+        self._running = True
+        self.reconciler.mark_all_dirty()
+        self._loop_task = asyncio.get_running_loop().create_task(
+            self.reconciler.run(), name="volfsm-reconciler"
+        )
+
+    def _fold_log(self) -> None:
+        asw_apply, dsw_observe, index_apply = self.asw.apply, self.dsw.observe, self.index.apply
+
+        def fold_one(env: Envelope) -> None:
+            asw_apply(env)
+            kind = type(env.body).KIND
+            if kind == "desired":
+                index_apply(env)
+                dsw_observe(env)
+            elif kind == "podvol" or env.type == "DeviceDetached":
+                index_apply(env)
+
+        self.log.replay(fold_one)
+
+    def _restore_failures(self) -> None:
+        """Carry backoffs and final expansion errors over a restart, from the log.
+
+        Kubelet keeps both in memory only: after a restart every failing
+        operation is retried at once and a volume whose node expansion failed
+        for good is expanded again.
+        """
+        now_us = time.time_ns() // 1000
+        now = self.pending.clock()
+        for (uid, name), pv in self.asw.podvols.items():
+            op = pv.last_operation
+            if op is None or op.status != "failed" or op.retry_at_us is None:
+                continue
+            if op.retry_at_us <= now_us:
+                continue
+            dv = self.index.spec_of(uid, name)
+            if dv is None:
+                continue
+            pod = uid
+            if op.operation in (VOLUME_MOUNT, MAP_VOLUME):
+                plugin = self.generator.find_plugin(dv.source)
+                if not isinstance(plugin, PluginError):
+                    pod = mount_key_pod(plugin, dv, uid)
+            self._restore_one(dv.volume_id, pod, op, now + (op.retry_at_us - now_us) / 1e6)
+        for vid, dev in self.asw.devices.items():
+            op = dev.last_operation
+            if op is None or op.status != "failed":
+                continue
+            if op.operation == EXPAND_VOLUME and op.final:
+                want = self.dsw.desired_size(vid)
+                if want is not None:
+                    self.reconciler.expand_failed[vid] = want
+            if op.retry_at_us is not None and op.retry_at_us > now_us:
+                self._restore_one(vid, "", op, now + (op.retry_at_us - now_us) / 1e6)
+
+    def _restore_one(self, volume_id: str, pod: str, op: OperationRecord, retry_at: float) -> None:
+        self.pending.restore(
+            volume_id, pod, op.operation, op.backoff_s, retry_at, f"{op.code}: {op.message}"
+        )
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop reconciling; let running operations finish for `grace_s`, then cancel them.
+
+        A cancelled operation records OperationFailed (Canceled, not final)
+        and leaves its entry Uncertain if it got as far as the plugin.
+        """
+        if not self._running:
+            return
+        self._running = False
+        self._stopped = True
+        self.reconciler.stop()
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        await self.executor.drain(grace_s)
+        await self.reconciler.wait_cleanup()
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                if not waiter.future.done():
+                    waiter.future.set_exception(EngineNotRunningError("the engine stopped"))
+        self._waiters.clear()
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped."""
+        return self._running
+
+    def _require_running(self) -> None:
+        if not self._running:
+            raise EngineNotRunningError("the volume engine is not running")
+        if self._loop_task is not None and self._loop_task.done():
+            exc = self._loop_task.exception() if not self._loop_task.cancelled() else None
+            raise EngineNotRunningError(f"the reconciler stopped: {exc!r}")
+
+    # -------------------------------------------------------- desired state
+
+    async def apply(self, objects: Sequence[Mapping[str, Any]]) -> ApplyResult:
+        """Validate and apply PV / PVC / Pod objects: all or nothing.
+
+        Raises `InvalidObjectError` (nothing recorded). Otherwise the
+        desired-state events are recorded (durably) before this returns,
+        and the reconciler is woken.
+        """
+        self._require_running()
+        async with self._change_lock:
+            plan = self.dsw.plan_apply(objects)
+            envs = await self._record(plan.changes)
+            self.dsw.commit_objects(plan)
+        return ApplyResult(objects=tuple(plan.results), events=tuple(envs))
+
+    async def delete_pod(
+        self, uid: str | None = None, namespace: str | None = None, name: str | None = None
+    ) -> bool:
+        """Remove a pod (by uid, or namespace and name) from the desired state.
+
+        Returns False if there was no such pod. Its volumes are then
+        unmounted; `wait_pod(uid, for_="unmounted")` waits for that.
+        """
+        self._require_running()
+        async with self._change_lock:
+            changes = self.dsw.plan_delete_pod(uid=uid, namespace=namespace, name=name)
+            await self._record(changes)
+        return bool(changes)
+
+    async def _record(self, changes: Sequence[DesiredChange]) -> list[Envelope]:
+        """Record changes in order, one append per stream run, all in one group commit."""
+        batches: list[tuple[str, list[Any]]] = []
+        for change in changes:
+            if batches and batches[-1][0] == change.stream:
+                batches[-1][1].append(change.body)
+            else:
+                batches.append((change.stream, [change.body]))
+        results = await asyncio.gather(
+            *(self.handler.record_async(stream, bodies) for stream, bodies in batches)
+        )
+        return [env for envs in results for env in envs]
+
+    def set_desired_complete(self) -> None:
+        """Declare the desired state complete: unmounts, unstages and detaches may start."""
+        self.reconciler.set_desired_complete()
+
+    def remount(self, uid: str) -> int:
+        """Ask for SetUp again on each Mounted volume of a desired pod (kubelet remountRequired).
+
+        Returns how many pod-volumes were marked. A failing remount leaves
+        the volume Mounted (success is never downgraded) and is retried with
+        backoff until it succeeds.
+        """
+        pod = self.dsw.pods.get(uid)
+        if pod is None:
+            return 0
+        for dv in pod.volumes:
+            self.reconciler.remount_required.add((uid, dv.name))
+        self.reconciler.mark_many_dirty(dv.volume_id for dv in pod.volumes)
+        self.reconciler.wake()
+        return len(pod.volumes)
+
+    # ------------------------------------------------------------ live feed
+
+    def _on_envelopes(self, envs: list[Envelope]) -> None:
+        """Every appended batch: keep ASW, DSW and index live; wake the reconciler on change."""
+        woke = False
+        reconciler = self.reconciler
+        for env in envs:
+            self.asw.apply(env)
+            body = env.body
+            kind = type(body).KIND
+            if kind == "desired":
+                vids = self.index.apply(env)
+                self.dsw.observe(env)
+                if vids:
+                    reconciler.mark_many_dirty(vids)
+                    woke = True
+                if isinstance(body, PodAdded | PodRemoved):
+                    if isinstance(body, PodRemoved):
+                        reconciler.queue_pod_cleanup(body.pod_uid)
+                    self._check_waiters(body.pod_uid)
+            elif kind == "podvol":
+                self.index.apply(env)
+                if isinstance(body, VolumeMounted) and reconciler.remount_required:
+                    reconciler.remount_required.discard((body.pod_uid, body.volume_name))
+                if self._waiters:
+                    self._check_waiters(getattr(body, "pod_uid", ""))
+            elif env.type == "DeviceDetached":
+                self.index.apply(env)
+        if woke:
+            reconciler.wake()
+
+    def _on_operation_finished(self, op: Operation) -> None:
+        self.reconciler.on_operation_finished(op)
+        self.reconciler.mark_dirty(op.volume_id)
+        if op.pod_uid and op.pod_uid not in self.dsw.pods:
+            self.reconciler.queue_pod_cleanup(op.pod_uid)
+        self.reconciler.wake()
+
+    # ---------------------------------------------------------------- waits
+
+    def pod_is(self, uid: str, for_: WaitFor) -> bool:
+        """Whether the pod is "mounted" (desired, every volume Mounted; Uncertain does not
+        count) or "unmounted" (not desired, and none of its volumes Mounted or Uncertain)."""
+        if for_ == "mounted":
+            pod = self.dsw.pods.get(uid)
+            if pod is None:
+                return False
+            podvols = self.asw.podvols
+            for dv in pod.volumes:
+                pv = podvols.get((uid, dv.name))
+                if pv is None or pv.state != MOUNTED:
+                    return False
+            return True
+        return uid not in self.dsw.pods and not self.reconciler.pod_holds_any(uid)
+
+    def _check_waiters(self, uid: str) -> None:
+        waiters = self._waiters.get(uid)
+        if not waiters:
+            return
+        for waiter in waiters:
+            if not waiter.future.done() and self.pod_is(uid, waiter.for_):
+                waiter.future.set_result(None)
+
+    async def wait_pod(
+        self, uid: str, for_: WaitFor = "mounted", timeout: float | None = None
+    ) -> PodStatus | None:
+        """Wait until the pod is "mounted" or "unmounted" (see `pod_is`); its status then.
+
+        Raises `PodWaitTimeoutError` naming each volume still in the way, its
+        state and last error (not kubelet's catch-all "timed out waiting
+        for the condition").
+        """
+        if for_ not in ("mounted", "unmounted"):
+            raise ValueError(f"for_ must be 'mounted' or 'unmounted', not {for_!r}")
+        self._require_running()
+        if not self.pod_is(uid, for_):
+            waiter = _Waiter(for_, asyncio.get_running_loop().create_future())
+            self._waiters.setdefault(uid, []).append(waiter)
+            try:
+                async with asyncio.timeout(timeout):
+                    await asyncio.shield(waiter.future)
+            except TimeoutError:
+                raise PodWaitTimeoutError(uid, for_, timeout or 0.0, self.pod(uid)) from None
+            finally:
+                waiters = self._waiters.get(uid, [])
+                if waiter in waiters:
+                    waiters.remove(waiter)
+                if not waiters:
+                    self._waiters.pop(uid, None)
+        return self.pod(uid)
+
+    async def settle(self, timeout: float = 10.0) -> None:
+        """Wait until nothing is dirty and no operation runs (tests and benchmarks)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        quiet = 0
+        while quiet < 3:
+            if loop.time() > deadline:
+                raise TimeoutError(
+                    f"engine did not settle: {self.executor.running} operations running, "
+                    f"{self.reconciler.dirty} volumes dirty"
+                )
+            if self.executor.running == 0 and self.reconciler.dirty == 0:
+                quiet += 1
+            else:
+                quiet = 0
+            await asyncio.sleep(self.config.reconcile_period / 2 or 0.001)
+
+    # --------------------------------------------------------------- status
+
+    def pod(self, uid: str) -> PodStatus | None:
+        """One pod's status, or None if the engine does not know it."""
+        desired = self.dsw.pods.get(uid)
+        spec = self.index.pod_spec(uid)
+        if spec is None:
+            return None
+        names = {dv.name: dv.volume_id for dv in spec.volumes}
+        volumes = []
+        for name, vid in names.items():
+            pv = self.asw.podvols.get((uid, name))
+            if pv is None:
+                volumes.append(
+                    PodVolumeStatus(
+                        name=name, volume_id=vid, state=UNMOUNTED, desired=desired is not None
+                    )
+                )
+                continue
+            volumes.append(
+                PodVolumeStatus(
+                    name=name,
+                    volume_id=pv.volume_id or vid,
+                    state=pv.state,
+                    desired=desired is not None,
+                    since_us=pv.since_us,
+                    mount_path=pv.mount_path,
+                    reason=pv.reason,
+                    reconstructed=pv.reconstructed,
+                    last_operation=operation_status(pv.last_operation),
+                    last_error=operation_status(pv.last_error),
+                    next_retry_us=next_retry_us(pv),
+                )
+            )
+        return PodStatus(
+            uid=uid,
+            namespace=spec.namespace,
+            name=spec.name,
+            desired=desired is not None,
+            phase=pod_phase(desired is not None, [v.state for v in volumes]),
+            volumes=tuple(volumes),
+        )
+
+    def pods(self) -> list[PodStatus]:
+        """Every desired pod, and every deleted pod not yet cleaned up."""
+        uids = dict.fromkeys(self.dsw.pods)
+        uids.update(dict.fromkeys(self.index.removed_pods))
+        return [status for uid in uids if (status := self.pod(uid)) is not None]
+
+    def volume(self, volume_id: str) -> VolumeStatus | None:
+        """One volume's status, or None if it is neither on the node nor wanted."""
+        dev = self.asw.devices.get(volume_id)
+        wanted = tuple(self.dsw.pods_on_volume(volume_id))
+        held = tuple(sorted(f"{u}/{n}" for u, n in self.index.holders.get(volume_id, ())))
+        if dev is None and not wanted and not held:
+            return None
+        desired_size = self.dsw.desired_size(volume_id)
+        if dev is None:
+            return VolumeStatus(
+                volume_id=volume_id,
+                state="Detached",
+                desired_size_bytes=desired_size,
+                held_by=held,
+                wanted_by=wanted,
+            )
+        return VolumeStatus(
+            volume_id=volume_id,
+            state=dev.state,
+            plugin=dev.plugin,
+            attachable=dev.attachable,
+            device_path=dev.device_path,
+            device_mount_path=dev.device_mount_path,
+            size_bytes=dev.size_bytes,
+            desired_size_bytes=desired_size,
+            since_us=dev.since_us,
+            reason=dev.reason,
+            reconstructed=dev.reconstructed,
+            held_by=held,
+            wanted_by=wanted,
+            last_operation=operation_status(dev.last_operation),
+            last_error=operation_status(dev.last_error),
+            next_retry_us=next_retry_us(dev),
+        )
+
+    def volumes(self) -> list[VolumeStatus]:
+        """Every volume on the node or wanted by a pod."""
+        vids = dict.fromkeys(self.asw.devices)
+        vids.update(dict.fromkeys(dv.volume_id for _, dv in self.dsw.volumes_to_mount()))
+        vids.update(dict.fromkeys(self.index.holders))
+        return [status for vid in vids if (status := self.volume(vid)) is not None]

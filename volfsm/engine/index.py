@@ -1,0 +1,158 @@
+"""Lookups the reconciler needs per volume and per pod, kept up to date from the events.
+
+The ASW is keyed by stream; the reconciler asks "who may still have volume
+V mounted", "which spec do I unmount pod P's volume with" and "is pod P
+gone". The index answers those with dict lookups. It is fed every envelope
+(at start from the log fold, then live), so after a restart it knows, from
+the log, the full spec of every volume still mounted, including pods that
+were deleted while the engine was down. The kubelet rebuilds a partial spec
+from directory names instead (reference §4).
+
+Memory: specs of desired pods are the DSW's; the index keeps only the specs
+of pods and volumes that are no longer desired but may still be on the node,
+and one small list per volume that some pod holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from events.tables import MOUNTED, UNCERTAIN
+from events.types import (
+    DesiredVolume,
+    DeviceDetached,
+    Envelope,
+    PodAdded,
+    PodRemoved,
+    VolumeMounted,
+    VolumeMountUncertain,
+    VolumeUnmounted,
+)
+
+PodVolumeKey = tuple[str, str]
+"""(pod uid, volume name)"""
+
+HOLDING = frozenset({MOUNTED, UNCERTAIN})
+"""Pod-volume states that may have the volume mounted (kubelet's GetAllMountedVolumes)."""
+
+
+class DesiredPods(Protocol):
+    """What the index reads from the DSW."""
+
+    @property
+    def pods(self) -> Mapping[str, PodAdded]:
+        """Desired pods by uid."""
+
+    def pods_on_volume(self, volume_id: str) -> list[str]:
+        """UIDs of the pods that want the volume."""
+
+
+class EngineIndex:
+    """Who holds each volume, and the specs of what is no longer desired."""
+
+    def __init__(self, desired: DesiredPods) -> None:
+        self.desired = desired
+        self.removed_pods: dict[str, PodAdded] = {}
+        """Pods no longer desired whose volumes may still be mounted (until cleaned up)."""
+        self.removed_volumes: dict[str, DesiredVolume] = {}
+        """Specs of volumes no pod wants any more (kept while a device record may exist)."""
+        self.holders: dict[str, list[PodVolumeKey]] = {}
+        """volume_id -> pod-volumes on it that are Mounted or Uncertain."""
+        self.detached_versions: dict[str, int] = {}
+        """volume_id -> version of its device stream when it was detached (the ASW drops it)."""
+
+    # ---------------------------------------------------------------- feeding
+
+    def apply(self, env: Envelope) -> tuple[str, ...]:
+        """Fold one envelope; the volume ids whose desired state it changed.
+
+        Desired-state events must reach the index before the DSW observes them.
+        """
+        body = env.body
+        if isinstance(body, VolumeMounted | VolumeMountUncertain):
+            self._hold(body.volume_id, (body.pod_uid, body.volume_name))
+        elif isinstance(body, VolumeUnmounted):
+            self._release(body.volume_id, (body.pod_uid, body.volume_name))
+        elif isinstance(body, PodAdded):
+            self.removed_pods.pop(body.pod_uid, None)
+            for dv in body.volumes:
+                self.removed_volumes.pop(dv.volume_id, None)
+            return tuple(dv.volume_id for dv in body.volumes)
+        elif isinstance(body, PodRemoved):
+            return self._remove_pod(body.pod_uid)
+        elif type(body).KIND == "desired":  # DesiredSizeChanged
+            return (getattr(body, "volume_id", ""),)
+        elif isinstance(body, DeviceDetached):
+            self.detached_versions[body.volume_id] = env.version
+            if body.volume_id not in self.holders:
+                self.removed_volumes.pop(body.volume_id, None)
+        return ()
+
+    def _hold(self, volume_id: str, key: PodVolumeKey) -> None:
+        held = self.holders.get(volume_id)
+        if held is None:
+            self.holders[volume_id] = [key]
+        elif key not in held:
+            held.append(key)
+
+    def _release(self, volume_id: str, key: PodVolumeKey) -> None:
+        held = self.holders.get(volume_id)
+        if held is not None and key in held:
+            held.remove(key)
+            if not held:
+                del self.holders[volume_id]
+
+    def _remove_pod(self, uid: str) -> tuple[str, ...]:
+        pod = self.desired.pods.get(uid)
+        if pod is None:
+            return ()
+        self.removed_pods[uid] = pod
+        for dv in pod.volumes:
+            if self.desired.pods_on_volume(dv.volume_id) == [uid]:
+                self.removed_volumes[dv.volume_id] = dv
+        return tuple(dv.volume_id for dv in pod.volumes)
+
+    def forget_pod(self, uid: str) -> None:
+        """Drop the spec of a pod that is not desired and holds nothing (nothing runs on it)."""
+        if uid not in self.desired.pods:
+            self.removed_pods.pop(uid, None)
+
+    def forget_volume(self, volume_id: str) -> None:
+        """Drop the spec of a volume that is gone from the node and from the desired state."""
+        self.removed_volumes.pop(volume_id, None)
+
+    # ---------------------------------------------------------------- queries
+
+    def pod_spec(self, uid: str) -> PodAdded | None:
+        """The pod as desired, or as it was last desired if it still needs cleaning up."""
+        pod = self.desired.pods.get(uid)
+        return pod if pod is not None else self.removed_pods.get(uid)
+
+    def spec_of(self, uid: str, name: str) -> DesiredVolume | None:
+        """The last known spec of pod `uid`'s volume `name`."""
+        pod = self.pod_spec(uid)
+        if pod is None:
+            return None
+        for dv in pod.volumes:
+            if dv.name == name:
+                return dv
+        return None
+
+    def volume_spec(self, volume_id: str) -> DesiredVolume | None:
+        """A spec of the volume: from a pod that wants it, else as it was last wanted."""
+        for uid in self.desired.pods_on_volume(volume_id):
+            pod = self.desired.pods.get(uid)
+            for dv in pod.volumes if pod is not None else ():
+                if dv.volume_id == volume_id:
+                    return dv
+        return self.removed_volumes.get(volume_id)
+
+    def holders_of(self, volume_id: str) -> int:
+        """How many pod-volumes on the volume are Mounted or Uncertain."""
+        held = self.holders.get(volume_id)
+        return len(held) if held else 0
+
+    def detached_version(self, volume_id: str) -> int:
+        """The device stream's version when the volume was detached; 0 if it never was."""
+        return self.detached_versions.get(volume_id, 0)

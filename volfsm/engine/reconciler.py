@@ -1,0 +1,425 @@
+"""The reconciler: compares desired and actual state and starts operations, kubelet's way.
+
+Each pass runs kubelet's phases in its order, for each volume that needs a
+look (reference §2.2-§2.3; the order matters only within a volume, since
+operation keys are per volume):
+
+1. unmount pod-volumes (Mounted or Uncertain) no pod wants any more;
+2. mount / remount / map what is desired and not Mounted (the mount waits
+   for attach itself), and expand online what pods want bigger;
+3. unstage / unmap devices no pod holds, no pod wants, and nothing is
+   running on; mark the rest detached;
+4. once: orphan cleanup (a hook for reconstruction, issue 6); and removal
+   of the directories of deleted pods whose volumes are all gone.
+
+Phases 1, 3 and 4 wait for `desired_complete` (kubelet's readyToUnmount).
+
+Unlike the kubelet, which walks every volume every 100 ms, a pass looks
+only at "dirty" volumes: ones whose desired state changed or whose
+operation finished (both also wake the loop at once), plus the ones whose
+operation was refused (running elsewhere or backing off), which are looked
+at again every `reconcile_period` - level-triggered over what is left to
+do. Every `full_resync_period` a full pass screens every volume (a few
+dict lookups each, `screen`) and marks the ones with something to do. An
+idle node therefore costs nothing per period, whatever its size, and a
+change is acted on without waiting for the period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from events.tables import ATTACHED, GLOBALLY_MOUNTED, MOUNTED, UNCERTAIN
+from events.types import DesiredVolume, PodAdded
+from projections.asw import Asw
+from volfsm.engine.config import EngineConfig
+from volfsm.engine.executor import Operation, OperationExecutor
+from volfsm.engine.index import HOLDING, EngineIndex
+from volfsm.engine.operations import EXPAND_VOLUME, OperationGenerator
+from volfsm.engine.pending import NestedPendingOperations
+from volfsm.errors import VolfsmError
+from volfsm.layout import RootLayout
+from volfsm.plugins.base import PluginError
+
+log = logging.getLogger(__name__)
+
+
+class DesiredState(Protocol):
+    """What the reconciler reads from the DSW."""
+
+    pods: dict[str, PodAdded]
+
+    def is_desired(self, pod_uid: str, volume_name: str) -> bool:
+        """Whether the pod wants its volume `volume_name`."""
+
+    def volume_desired(self, volume_id: str) -> bool:
+        """Whether any pod wants the volume."""
+
+    def desired_size(self, volume_id: str) -> int | None:
+        """The size pods want, or None."""
+
+    def pods_on_volume(self, volume_id: str) -> list[str]:
+        """UIDs of the pods that want the volume."""
+
+    def volumes_to_mount(self) -> list[tuple[PodAdded, DesiredVolume]]:
+        """Every desired (pod, volume)."""
+
+
+@dataclass
+class PassStats:
+    """What one pass looked at and started."""
+
+    volumes: int = 0
+    started: int = 0
+    refused: int = 0
+
+
+REASON_NOT_DESIRED = "no pod wants this pod-volume any more"
+REASON_MOUNT = "desired and not mounted"
+REASON_REMOUNT_UNCERTAIN = "desired and Uncertain: remount"
+REASON_REMOUNT = "remount requested"
+REASON_UNSTAGE = "no pod holds or wants the volume"
+
+
+class Reconciler:
+    """Runs the reconcile passes and owns the dirty set."""
+
+    def __init__(
+        self,
+        *,
+        asw: Asw,
+        dsw: DesiredState,
+        index: EngineIndex,
+        pending: NestedPendingOperations,
+        executor: OperationExecutor,
+        generator: OperationGenerator,
+        layout: RootLayout,
+        config: EngineConfig,
+    ) -> None:
+        self.asw = asw
+        self.dsw = dsw
+        self.index = index
+        self.pending = pending
+        self.executor = executor
+        self.ops = generator
+        self.layout = layout
+        self.config = config
+        self.desired_complete = config.desired_complete
+        self.remount_required: set[tuple[str, str]] = set()
+        self.expand_failed: dict[str, int] = {}
+        """volume_id -> the size whose online expansion failed with a final error."""
+        self.orphan_cleanup: Callable[[], None] | None = None
+        """One-shot hook run on the first pass after the desired state is complete."""
+        self._orphans_done = False
+        self._dirty: dict[str, None] = {}
+        self._retry: dict[str, None] = {}
+        self._pods_to_clean: dict[str, None] = {}
+        self._dir_cleanup: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self.passes = 0
+        self.last_stats = PassStats()
+
+    # ------------------------------------------------------------ dirtiness
+
+    def mark_dirty(self, volume_id: str) -> None:
+        """Look at `volume_id` on the next pass."""
+        self._dirty[volume_id] = None
+
+    def mark_many_dirty(self, volume_ids: Iterable[str]) -> None:
+        """Look at each of `volume_ids` on the next pass."""
+        self._dirty.update(dict.fromkeys(volume_ids))
+
+    def mark_all_dirty(self) -> None:
+        """Look, on the next pass, at every volume a full pass would act on (see `screen`)."""
+        self.mark_many_dirty(self.screen())
+
+    def screen(self) -> set[str]:
+        """Every volume on which some phase has something to do: the full pass, cheaply.
+
+        Conservative: a volume that a pass would act on is always included
+        (one that would only be refused again may be too).
+        """
+        need: set[str] = set()
+        podvols = self.asw.podvols
+        for pod, dv in self.dsw.volumes_to_mount():
+            pv = podvols.get((pod.pod_uid, dv.name))
+            if pv is None or pv.state != MOUNTED:
+                need.add(dv.volume_id)
+        is_desired = self.dsw.is_desired
+        for vid, held in self.index.holders.items():
+            for uid, name in held:
+                if not is_desired(uid, name):
+                    need.add(vid)
+                    break
+        desired_size = self.dsw.desired_size
+        volume_desired = self.dsw.volume_desired
+        holders = self.index.holders
+        for vid, dev in self.asw.devices.items():
+            if vid not in holders and not volume_desired(vid):
+                need.add(vid)
+            elif dev.size_bytes is not None:
+                want = desired_size(vid)
+                if want is not None and want > dev.size_bytes:
+                    need.add(vid)
+        need.update(vid for vid in self.index.removed_volumes if vid not in self.asw.devices)
+        for uid, name in self.remount_required:
+            spec = self.index.spec_of(uid, name)
+            if spec is not None:
+                need.add(spec.volume_id)
+        return need
+
+    def wake(self) -> None:
+        """Run a pass now rather than at the end of the period."""
+        self._wake.set()
+
+    def queue_pod_cleanup(self, uid: str) -> None:
+        """The pod is gone from the desired state and holds nothing: remove its dir."""
+        self._pods_to_clean[uid] = None
+
+    def set_desired_complete(self) -> None:
+        """The desired state is complete: unmounts may start (readyToUnmount)."""
+        if not self.desired_complete:
+            self.desired_complete = True
+            self.mark_all_dirty()
+            self.wake()
+
+    @property
+    def dirty(self) -> int:
+        """Volumes waiting for a look (not counting retries)."""
+        return len(self._dirty)
+
+    # ------------------------------------------------------------------ pass
+
+    def _take(self, limit: int | None) -> list[str]:
+        if limit is None or len(self._dirty) <= limit:
+            batch = list(self._dirty)
+            self._dirty = {}
+            return batch
+        batch = list(itertools.islice(self._dirty, limit))
+        for vid in batch:
+            del self._dirty[vid]
+        return batch
+
+    def reconcile(self, limit: int | None = None) -> PassStats:
+        """One pass over (up to `limit` of) the dirty volumes, phases in kubelet's order."""
+        batch = self._take(limit)
+        stats = PassStats(volumes=len(batch))
+        started, refused = self.executor.started, self.executor.refused
+        ready = self.desired_complete
+        holders = self.index.holders.get
+        pods_on = self.dsw.pods_on_volume
+        for vid in batch:
+            # Kubelet's phases, in its order for each volume. Keys are per volume,
+            # so this gives the same guarantees as running each phase over the whole
+            # batch: the old pod's unmount starts before the new pod's mount, and a
+            # device is looked at only when no pod holds or wants it.
+            held = holders(vid)
+            if held and ready:
+                self._unmount_volumes(vid, held)
+            uids = pods_on(vid)
+            if uids:
+                self._mount_attach(vid, uids)
+            elif ready and not held:
+                self._unmount_detach_device(vid)
+        if ready and not self._orphans_done:
+            self._orphans_done = True
+            if self.orphan_cleanup is not None:
+                self.orphan_cleanup()
+        stats.started = self.executor.started - started
+        stats.refused = self.executor.refused - refused
+        self.passes += 1
+        self.last_stats = stats
+        return stats
+
+    def full_pass(self) -> PassStats:
+        """Screen every volume and run one unbounded pass over what needs a look."""
+        self.mark_all_dirty()
+        return self.reconcile()
+
+    def _start(self, op: Operation, volume_id: str) -> None:
+        if not self.executor.start(op):
+            self._retry[volume_id] = None
+
+    # ----------------------------------------------------------- phase 1
+
+    def _unmount_volumes(self, vid: str, held: list[tuple[str, str]]) -> None:
+        is_desired = self.dsw.is_desired
+        for uid, name in list(held):
+            if is_desired(uid, name):
+                continue
+            dv = self.index.spec_of(uid, name)
+            if dv is None:
+                log.warning("cannot unmount %s of pod %s: its spec is unknown", name, uid)
+                continue
+            self._start(self.ops.unmount(uid, dv, REASON_NOT_DESIRED), vid)
+
+    # ----------------------------------------------------------- phase 2
+
+    def _mount_attach(self, vid: str, uids: list[str]) -> None:
+        pods = self.dsw.pods
+        podvols = self.asw.podvols
+        remounts = self.remount_required
+        for uid in uids:
+            pod = pods.get(uid)
+            dv = _volume_of(pod, vid) if pod is not None else None
+            if dv is None:
+                continue
+            pv = podvols.get((uid, dv.name))
+            if pv is None or pv.state != MOUNTED:
+                reason = REASON_REMOUNT_UNCERTAIN if pv and pv.state == UNCERTAIN else REASON_MOUNT
+            elif remounts and (uid, dv.name) in remounts:
+                reason = REASON_REMOUNT
+            else:
+                self._maybe_expand(uid, dv)
+                continue
+            self._start(self.ops.mount(uid, dv, reason), vid)
+
+    def _maybe_expand(self, uid: str, dv: DesiredVolume) -> None:
+        vid = dv.volume_id
+        want = self.dsw.desired_size(vid)
+        if want is None:
+            return
+        dev = self.asw.devices.get(vid)
+        if dev is None or dev.size_bytes is None or want <= dev.size_bytes:
+            return
+        if self.expand_failed.get(vid) == want:
+            return
+        plugin = self.ops.find_plugin(dv.source)
+        if isinstance(plugin, PluginError) or not plugin.supports_expansion(dv.source):
+            return
+        reason = f"pods want {want} bytes, the volume has {dev.size_bytes}"
+        self._start(self.ops.expand(uid, dv, plugin, want, reason), vid)
+
+    def on_operation_finished(self, op: Operation) -> None:
+        """Remember final online-expansion failures (kubelet: no retry until the size changes)."""
+        if op.name != EXPAND_VOLUME:
+            return
+        if op.failure is not None and op.failure.final:
+            want = self.dsw.desired_size(op.volume_id)
+            if want is not None:
+                self.expand_failed[op.volume_id] = want
+        elif op.failure is None:
+            self.expand_failed.pop(op.volume_id, None)
+
+    # ----------------------------------------------------------- phase 3
+
+    def _unmount_detach_device(self, vid: str) -> None:
+        """No pod holds or wants the volume: unstage / unmap it, or mark it detached."""
+        if self.pending.is_operation_pending(vid):
+            return  # its completion marks the volume dirty again
+        dev = self.asw.devices.get(vid)
+        if dev is None:
+            self.index.forget_volume(vid)
+            return
+        state = dev.state
+        if state in (GLOBALLY_MOUNTED, UNCERTAIN):
+            dv = self.index.volume_spec(vid)
+            if dv is None:
+                log.warning("cannot unstage %s: its spec is unknown", vid)
+                return
+            self._start(self.ops.unmount_device(dv, REASON_UNSTAGE), vid)
+        elif state == ATTACHED:
+            self._start(self.ops.mark_detached(vid), vid)
+
+    # ------------------------------------------------------------ pod dirs
+
+    def _clean_pod_dirs(self) -> None:
+        """Start removing dirs of deleted pods whose volumes are all gone (in a thread)."""
+        if not self._pods_to_clean or not self.desired_complete:
+            return
+        if self._dir_cleanup is not None and not self._dir_cleanup.done():
+            return
+        ready: list[str] = []
+        for uid in list(self._pods_to_clean):
+            if uid in self.dsw.pods:
+                del self._pods_to_clean[uid]
+            elif not self.pod_holds_any(uid) and not self._pod_busy(uid):
+                del self._pods_to_clean[uid]
+                self.index.forget_pod(uid)
+                ready.append(uid)
+        if ready:
+            self._dir_cleanup = asyncio.get_running_loop().create_task(
+                asyncio.to_thread(self._remove_pod_dirs, ready)
+            )
+
+    def _pod_busy(self, uid: str) -> bool:
+        pod = self.index.pod_spec(uid)
+        if pod is None:
+            return False
+        return any(self.pending.is_operation_pending(dv.volume_id, uid) for dv in pod.volumes)
+
+    def pod_holds_any(self, uid: str) -> bool:
+        """Whether any of the pod's volumes is Mounted or Uncertain."""
+        pod = self.index.pod_spec(uid)
+        if pod is None:
+            return False
+        podvols = self.asw.podvols
+        for dv in pod.volumes:
+            pv = podvols.get((uid, dv.name))
+            if pv is not None and pv.state in HOLDING:
+                return True
+        return False
+
+    def _remove_pod_dirs(self, uids: list[str]) -> None:
+        for uid in uids:
+            try:
+                self.layout.remove_pod_dir(uid)
+            except (VolfsmError, OSError) as exc:
+                log.warning("orphaned pod %s: its dir stays: %s", uid, exc)
+
+    # ------------------------------------------------------------------ loop
+
+    async def run(self) -> None:
+        """Reconcile until cancelled: on every wake-up, and every period for retries."""
+        loop = asyncio.get_running_loop()
+        period = self.config.reconcile_period
+        full_period = self.config.full_resync_period
+        next_retry = loop.time() + period
+        next_full = loop.time() + full_period
+        limit = self.config.max_volumes_per_pass
+        while not self._stopping:
+            now = loop.time()
+            if now >= next_full:
+                self.mark_all_dirty()
+                next_full = now + full_period
+            if now >= next_retry:
+                if self._retry:
+                    self._dirty.update(self._retry)
+                    self._retry = {}
+                next_retry = now + period
+            self._wake.clear()
+            self.reconcile(limit)
+            self._clean_pod_dirs()
+            if self._dirty:
+                await asyncio.sleep(0)
+                continue
+            timeout = min(next_retry, next_full) - loop.time()
+            if timeout <= 0:
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+
+    def stop(self) -> None:
+        """End `run` after its current pass (cancelling its task alone can be lost in 3.11)."""
+        self._stopping = True
+        self._wake.set()
+
+    async def wait_cleanup(self) -> None:
+        """Wait for a running pod-dir cleanup (tests)."""
+        if self._dir_cleanup is not None:
+            await asyncio.gather(self._dir_cleanup, return_exceptions=True)
+
+
+def _volume_of(pod: PodAdded, volume_id: str) -> DesiredVolume | None:
+    for dv in pod.volumes:
+        if dv.volume_id == volume_id:
+            return dv
+    return None

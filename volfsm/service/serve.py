@@ -1,0 +1,468 @@
+"""`volfsm serve`: the node service's lifecycle.
+
+Start, in this order:
+
+1. the HTTP server (so /healthz answers while the log is being read);
+2. open the event log (the data dir is locked: one service per data dir);
+3. NATS: the `--nats` URL, or an embedded JetStream server on loopback with
+   its store under `<data-dir>/nats`; the node name goes to `<data-dir>/node`
+   (and, once ready, the URL to `<data-dir>/nats.url`: the CLI finds both
+   there, and a script may wait for that file as the sign of readiness);
+4. plugins: emptyDir, and each `--csi` driver (probed in the background and
+   registered once it answers, as the kubelet registers drivers);
+5. the relay, publishing from its cursor (it only reads the log). It starts
+   before the engine so that a NATS setup the operator must fix (refused
+   credentials, an unusable stream) stops the service before it mounts
+   anything; NATS merely being unreachable is not fatal (lag);
+6. the engine: fold the log into the ASW and DSW, then reconcile (one call:
+   `VolumeEngine.start()` starts reconciling once the fold is done);
+7. the command intake, so commands meet a rebuilt ASW;
+8. ready once the first reconcile pass ran (`/readyz`).
+
+SIGTERM / SIGINT drain: stop taking commands, stop the engine (running
+operations get `drain_grace` seconds; what does not finish is recorded as
+cancelled), flush the relay (up to `drain_grace` while NATS is up), close
+NATS, the log and the embedded server. A clean drain exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from events.errors import LogLockedError, LogOpenError
+from events.log import EventLog
+from events.types import Envelope, OperationFailed, OperationStarted, OperationSucceeded
+from volfsm.engine import EngineConfig, VolumeEngine
+from volfsm.errors import VolfsmError
+from volfsm.layout import RootLayout
+from volfsm.natsutil import NatsServer
+from volfsm.natsutil.errors import NatsSetupError
+from volfsm.plugins.catalog import PluginCatalog
+from volfsm.plugins.csi.plugin import CsiPlugin
+from volfsm.plugins.emptydir import EmptyDirPlugin
+from volfsm.relay import Relay
+from volfsm.service.config import NATS_URL_FILENAME, NODE_FILENAME, Settings
+from volfsm.service.http import HttpServer, Response
+from volfsm.service.intake import CommandIntake, CommandProcessor
+from volfsm.service.metrics import CONTENT_TYPE, ServiceMetrics, Snapshot
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+CSI_RETRY_S = 2.0
+CSI_STARTUP_WAIT_S = 10.0
+"""How long start-up waits for the CSI drivers before reconciling without them."""
+EMBEDDED_CHECK_S = 1.0
+"""How often the embedded nats-server is checked (and restarted if it died)."""
+
+
+class ServiceStartError(VolfsmError):
+    """The service cannot start (log locked, NATS refused us, bad stream, ...)."""
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` (a reader never sees a half-written file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def log_envelopes(envs: list[Envelope]) -> None:
+    """A `CommandHandler` listener: one log line per recorded event, with stream and seq."""
+    for env in envs:
+        body = env.body
+        log = logger.bind(stream=env.stream, seq=env.seq, event=env.type)
+        if isinstance(body, OperationStarted):
+            log.bind(operation=body.operation, op_id=body.op_id).debug(
+                "{} started ({})", body.operation, body.reason or "no reason given"
+            )
+        elif isinstance(body, OperationSucceeded):
+            log.bind(operation=body.operation, op_id=body.op_id).info(
+                "{} succeeded in {:.3f}s", body.operation, body.duration_s
+            )
+        elif isinstance(body, OperationFailed):
+            log.bind(operation=body.operation, op_id=body.op_id, code=body.code).warning(
+                "{} failed ({}): {}: {}",
+                body.operation,
+                "final" if body.final else f"retry after {body.backoff_s:g}s",
+                body.code,
+                body.message,
+            )
+        else:
+            log.info("{} {}", env.type, env.stream)
+
+
+class NodeService:
+    """One `volfsm serve`: log, engine, relay, command intake, HTTP."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = ServiceMetrics()
+        self.log: EventLog | None = None
+        self.engine: VolumeEngine | None = None
+        self.relay: Relay | None = None
+        self.intake: CommandIntake | None = None
+        self.processor: CommandProcessor | None = None
+        self.http: HttpServer | None = None
+        self.nats_server: NatsServer | None = None
+        self.nats_url = settings.nats_url or ""
+        self.catalog = PluginCatalog()
+        self.csi_plugins: dict[str, CsiPlugin] = {}
+        self.ready = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stop = asyncio.Event()
+        self._stopped = False
+        self._log = logger.bind(component="service")
+
+    # ----------------------------------------------------------- run
+
+    async def run(self, *, handle_signals: bool = True) -> int:
+        """Start, serve until SIGTERM/SIGINT (or `request_stop`), drain; the exit code."""
+        loop = asyncio.get_running_loop()
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.request_stop, sig)
+        try:
+            try:
+                await self.start()
+            except ServiceStartError as exc:
+                self._log.error("volfsm serve cannot start: {}", exc)
+                return EXIT_FAILED
+            except Exception:
+                self._log.exception("volfsm serve failed while starting")
+                return EXIT_FAILED
+            await self._stop.wait()
+            return EXIT_OK
+        finally:
+            await self.stop()
+            if handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+
+    def request_stop(self, sig: int | None = None) -> None:
+        """Begin the drain (what SIGTERM/SIGINT do)."""
+        if self._stop.is_set():
+            self._log.info("already draining")
+            return
+        name = signal.Signals(sig).name if sig is not None else "request"
+        self._log.info("{}: draining", name)
+        self._stop.set()
+
+    # --------------------------------------------------------- start
+
+    async def start(self) -> None:
+        """Start everything (see the module docstring); ServiceStartError if it cannot."""
+        s = self.settings
+        try:
+            s.data_dir.mkdir(parents=True, exist_ok=True)
+            s.root_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ServiceStartError(f"cannot create the data or root dir: {exc}") from None
+        self._log.info(
+            "volfsm serve starting: node {}, data dir {}, root dir {}",
+            s.node,
+            s.data_dir,
+            s.root_dir,
+        )
+        if s.http is not None:
+            self.http = HttpServer(
+                s.http.host,
+                s.http.port,
+                {"/metrics": self.metrics_page, "/healthz": self.healthz, "/readyz": self.readyz},
+            )
+            try:
+                await self.http.start()
+            except OSError as exc:
+                self.http = None
+                raise ServiceStartError(f"--http {s.http.host}:{s.http.port}: {exc}") from None
+        self.log = await asyncio.to_thread(self._open_log)
+        write_atomic(s.data_dir / NODE_FILENAME, s.node + "\n")
+        self._start_nats()
+        layout = RootLayout(s.root_dir)
+        self.catalog.register(EmptyDirPlugin(layout))
+        await self._start_csi(layout)
+        engine = VolumeEngine(
+            self.log,
+            s.root_dir,
+            self.catalog,
+            EngineConfig(
+                reconcile_period=s.reconcile_period,
+                backoff_initial=s.backoff_initial,
+                backoff_max=s.backoff_max,
+                operation_timeout=s.csi_timeout,
+            ),
+        )
+        self.engine = engine
+        relay = Relay(
+            self.log,
+            self.nats_url,
+            s.node,
+            stream=s.stream,
+            replicas=s.stream_replicas,
+            duplicate_window_s=s.duplicate_window,
+            name=f"volfsm-{s.node}-relay",
+            **s.nats_options,
+        )
+        engine.handler.subscribe(self.metrics.observe)
+        engine.handler.subscribe(log_envelopes)
+        engine.handler.subscribe(lambda _envs: relay.notify())
+        try:
+            await relay.start()
+        except NatsSetupError as exc:
+            raise ServiceStartError(str(exc)) from None
+        self.relay = relay
+        await engine.start()
+        self._log.info(
+            "ASW rebuilt from the log: {} devices, {} pod-volumes, {} desired pods, seq {}",
+            len(engine.asw.devices),
+            len(engine.asw.podvols),
+            len(engine.dsw.pods),
+            engine.asw.last_seq,
+        )
+        self.processor = CommandProcessor(
+            engine,
+            s.node,
+            max_bytes=s.max_command_bytes,
+            status=self.status,
+            count=self.metrics.command,
+        )
+        self.intake = CommandIntake(
+            self.processor, self.nats_url, s.node, connect_options=s.nats_options
+        )
+        await self.intake.start()
+        if relay.connected:
+            await self.intake.wait_subscribed(5.0)
+        self._spawn(self._watch_ready(), "volfsm-ready")
+        if self.nats_server is not None:
+            self._spawn(self._watch_embedded(self.nats_server), "volfsm-embedded-nats")
+
+    def _open_log(self) -> EventLog:
+        path = self.settings.log_path
+        node = self.settings.node
+        try:
+            if path.exists():
+                owner = EventLog(path, readonly=True)
+                try:
+                    if owner.node and owner.node != node:
+                        raise ServiceStartError(
+                            f"{path} is the log of node {owner.node!r}, not {node!r}: pass "
+                            f"--node {owner.node} or use another --data-dir"
+                        )
+                finally:
+                    owner.close()
+            return EventLog(path, node=node)
+        except LogLockedError as exc:
+            raise ServiceStartError(
+                f"{exc} (is another volfsm serve using this data dir?)"
+            ) from None
+        except LogOpenError as exc:
+            raise ServiceStartError(str(exc)) from None
+
+    def _start_nats(self) -> None:
+        """Use --nats, or start the embedded server (in this thread: it dies with it)."""
+        if self.settings.nats_url is not None:
+            return
+        max_payload = max(1 << 20, self.settings.max_command_bytes + (64 << 10))
+        server = NatsServer(
+            self.settings.data_dir / "nats",
+            config_text=f"max_payload: {max_payload}\n",
+        )
+        try:
+            server.start()
+        except Exception as exc:
+            raise ServiceStartError(f"cannot start the embedded nats-server: {exc}") from None
+        self.nats_server = server
+        self.nats_url = server.url
+        self._log.info("embedded JetStream server on {} (store {})", server.url, server.store_dir)
+
+    async def _start_csi(self, layout: RootLayout) -> None:
+        s = self.settings
+        waits = []
+        for drv in s.csi:
+            plugin = CsiPlugin(
+                drv.name,
+                drv.endpoint,
+                layout,
+                node_name=s.node,
+                timeout_s=s.csi_timeout,
+                socket_wait_s=CSI_RETRY_S,
+            )
+            self.csi_plugins[drv.name] = plugin
+            registered = asyncio.Event()
+            waits.append(registered.wait())
+            self._spawn(self._register_csi(plugin, registered), f"csi-register:{drv.name}")
+        if waits:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*waits), CSI_STARTUP_WAIT_S)
+
+    async def _register_csi(self, plugin: CsiPlugin, registered: asyncio.Event) -> None:
+        """Probe the driver until it answers, then register it (kubelet plugin registration)."""
+        delay = CSI_RETRY_S
+        warned = False
+        while True:
+            try:
+                await plugin.start()
+            except Exception as exc:
+                if not warned:
+                    self._log.warning(
+                        "CSI driver {} at {} not ready ({}); retrying",
+                        plugin.driver,
+                        plugin.endpoint,
+                        exc,
+                    )
+                    warned = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                continue
+            self.catalog.register_csi_driver(plugin.driver, plugin)
+            registered.set()
+            self._log.info("CSI driver {} registered ({})", plugin.driver, plugin.endpoint)
+            return
+
+    async def _watch_ready(self) -> None:
+        engine = self.engine
+        assert engine is not None
+        while engine.reconciler.passes < 1:
+            await asyncio.sleep(0.01)
+        write_atomic(self.settings.data_dir / NATS_URL_FILENAME, self.nats_url + "\n")
+        self.ready = True
+        self._log.info("volfsm serve ready: node {}, NATS {}", self.settings.node, self.nats_url)
+
+    async def _watch_embedded(self, server: NatsServer) -> None:
+        """Bring the embedded server back (same port and store) if it dies while we run."""
+        while True:
+            await asyncio.sleep(EMBEDDED_CHECK_S)
+            if server.running or self._stop.is_set():
+                continue
+            self._log.warning("embedded nats-server exited; restarting it on {}", server.url)
+            try:
+                server.start()  # in this thread, so that it dies with us
+            except Exception as exc:
+                self._log.error("embedded nats-server does not start again: {}", exc)
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---------------------------------------------------------- stop
+
+    async def stop(self) -> None:
+        """Drain and close everything that was started. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        grace = self.settings.drain_grace
+        if self.intake is not None:
+            await self.intake.stop_accepting()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.engine is not None:
+            running = self.engine.executor.running
+            if running:
+                self._log.info("waiting up to {:g}s for {} running operations", grace, running)
+            await self.engine.stop(grace_s=grace)
+        if self.relay is not None:
+            flush = grace if self.relay.connected else 0.0
+            await self.relay.stop(flush_timeout=flush)
+            lag = self.relay.lag()
+            if lag:
+                self._log.warning("{} events not yet in the stream; they go out on next start", lag)
+        if self.intake is not None:
+            await self.intake.close()
+        for plugin in self.csi_plugins.values():
+            with contextlib.suppress(Exception):
+                await plugin.stop()
+        if self.http is not None:
+            await self.http.stop()
+        if self.log is not None:
+            last = self.log.last_seq()
+            await asyncio.to_thread(self.log.close)
+            self._log.info("event log closed at seq {}", last)
+        if self.nats_server is not None:
+            await asyncio.to_thread(self.nats_server.stop)
+            with contextlib.suppress(OSError):
+                (self.settings.data_dir / NATS_URL_FILENAME).unlink()
+        self._log.info("volfsm serve stopped")
+
+    # -------------------------------------------------------- status
+
+    def status(self) -> dict[str, Any]:
+        """Node-wide status added to `get` replies."""
+        relay = self.relay
+        return {
+            "node": self.settings.node,
+            "ready": self.ready,
+            "last_seq": self.log.last_seq() if self.log is not None else 0,
+            "publish_lag": relay.lag() if relay is not None else None,
+            "relay": {
+                "connected": relay.connected if relay is not None else False,
+                "acked_seq": relay.acked_seq if relay is not None else 0,
+                "last_error": relay.last_error if relay is not None else None,
+            },
+        }
+
+    def snapshot(self) -> Snapshot:
+        """Scrape-time state for the metrics."""
+        engine = self.engine
+        relay = self.relay
+        counters: dict[str, int] = {}
+        if relay is not None:
+            counters = {k: int(v) for k, v in vars(relay.counters).items()}
+        return Snapshot(
+            ready=self.ready,
+            last_seq=self.log.last_seq() if self.log is not None else 0,
+            asw=engine.asw if engine is not None else None,
+            desired=engine.dsw.volumes_to_mount() if engine is not None else (),
+            running_operations=engine.executor.running if engine is not None else 0,
+            relay=relay,
+            relay_counters=counters,
+            intake_connected=self.intake.connected if self.intake is not None else False,
+        )
+
+    def metrics_page(self) -> Response:
+        """GET /metrics."""
+        return Response(200, self.metrics.render(self.snapshot()), CONTENT_TYPE)
+
+    def healthz(self) -> Response:
+        """GET /healthz: the process answers and is not shutting down for good."""
+        engine = self.engine
+        if self._stopped:
+            return Response(503, "stopped\n")
+        if engine is not None and engine.running is False and self.ready:
+            return Response(503, "engine stopped\n")
+        return Response(200, "ok\n")
+
+    def readyz(self) -> Response:
+        """GET /readyz: ASW rebuilt and the first reconcile pass done (NATS is not a condition)."""
+        lines = [
+            f"[{'+' if self.engine is not None and self.engine.running else '-'}] asw rebuilt",
+            f"[{'+' if self.ready else '-'}] first reconcile done",
+        ]
+        relay = self.relay
+        if relay is not None:
+            lines.append(
+                f"[i] nats {'connected' if relay.connected else 'disconnected'}, "
+                f"publish lag {relay.lag()} events"
+            )
+        for name in self.csi_plugins:
+            known = name in self.catalog.csi_driver_names()
+            lines.append(f"[i] csi driver {name} {'registered' if known else 'not registered'}")
+        ok = self.ready and not self._stop.is_set()
+        if self._stop.is_set():
+            lines.append("[-] draining")
+        return Response(
+            200 if ok else 503, ("ok" if ok else "not ready") + "\n" + "\n".join(lines) + "\n"
+        )
+
+
+async def serve(settings: Settings, *, handle_signals: bool = True) -> int:
+    """Run one node service until it is told to stop; returns the exit code."""
+    return await NodeService(settings).run(handle_signals=handle_signals)

@@ -287,6 +287,12 @@ class VolumeEngine:
         """Started and not stopped."""
         return self._running
 
+    @property
+    def alive(self) -> bool:
+        """Running, and the reconciler loop has not died (what `/healthz` reports)."""
+        task = self._loop_task
+        return self._running and task is not None and not task.done()
+
     def _require_running(self) -> None:
         if not self._running:
             raise EngineNotRunningError("the volume engine is not running")

@@ -436,8 +436,8 @@ class NodeService:
         engine = self.engine
         if self._stopped:
             return Response(503, "stopped\n")
-        if engine is not None and engine.running is False and self.ready:
-            return Response(503, "engine stopped\n")
+        if engine is not None and self.ready and not engine.alive:
+            return Response(503, "engine stopped or its reconciler died\n")
         return Response(200, "ok\n")
 
     def readyz(self) -> Response:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import msgspec
@@ -17,6 +16,8 @@ from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from projections.story import duration_text, iso_time, size_text
 
 STATE_STYLES = {
     "Uncertain": "bold yellow",
@@ -34,35 +35,17 @@ _KEEP_WHOLE = 26
 
 def fmt_ts(ts_us: int | None) -> str:
     """A UTC µs timestamp as ISO 8601 with milliseconds and `Z` ('' for None)."""
-    if ts_us is None:
-        return ""
-    dt = datetime.fromtimestamp(ts_us // 1_000_000, tz=UTC)
-    millis = (ts_us % 1_000_000) // 1000
-    return f"{dt:%Y-%m-%dT%H:%M:%S}.{millis:03d}Z"
+    return iso_time(ts_us)
 
 
 def fmt_duration(us: int) -> str:
     """A duration in µs for humans: '0.450s', '15.000s', '2m03.500s', '1h02m03s'."""
-    seconds = us / 1_000_000
-    if seconds < 60:
-        return f"{seconds:.3f}s"
-    minutes, secs = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{int(minutes)}m{secs:06.3f}s"
-    hours, minutes = divmod(int(minutes), 60)
-    return f"{hours}h{minutes:02d}m{int(secs):02d}s"
+    return duration_text(us)
 
 
 def fmt_bytes(n: int | None) -> str:
     """A size in bytes with a binary unit ('' for None)."""
-    if n is None:
-        return ""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
-        value /= 1024
-    return f"{n}B"  # pragma: no cover - the loop always returns
+    return "" if n is None else size_text(n)
 
 
 def to_builtins(obj: Any) -> Any:

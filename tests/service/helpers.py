@@ -50,8 +50,11 @@ class ServeProcess:
         nats_url: str | None = None,
         args: Sequence[str] = (),
         env: dict[str, str] | None = None,
+        own_group: bool = False,
     ) -> None:
         self.workdir = workdir
+        self.own_group = own_group
+        """Start it as the leader of a process group of its own (as a shell job is)."""
         self.node = node
         self.nats_url = nats_url
         self.args = list(args)
@@ -104,6 +107,7 @@ class ServeProcess:
                 stderr=err,
                 env=env,
                 cwd=self.workdir,
+                process_group=0 if self.own_group else None,
             )
         LIVE.add(self)
         if wait_ready:

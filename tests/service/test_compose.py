@@ -10,6 +10,7 @@ from __future__ import annotations
 import tomllib
 from typing import Any
 
+import click
 import pytest
 import typer
 import yaml
@@ -17,6 +18,7 @@ import yaml
 from tests.service.helpers import REPO_ROOT
 from volfsm.cli import app
 from volfsm.csidriver.__main__ import build_parser
+from volfsm.csidriver.admin import build_parser as admin_parser
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
 DOCKERFILE = REPO_ROOT / "Dockerfile"
@@ -85,3 +87,22 @@ def test_dockerfile_and_console_scripts() -> None:
     assert "pip install --no-cache-dir ." in text
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert {"volfsm", "volfsm-csi-driver"} <= set(scripts)
+
+
+def test_the_commands_in_the_compose_header_parse() -> None:
+    header = [
+        line.removeprefix("#").strip()
+        for line in COMPOSE.read_text().splitlines()
+        if line.startswith("#   docker compose exec ")
+    ]
+    runs = {line.split()[3]: line.split()[4:] for line in header}
+    assert admin_parser().parse_args(runs["csi-driver"][1:]).name == "demo-vol-1"
+    volfsm_lines = [line.split()[5:] for line in header if line.split()[3] == "volfsm"]
+    group: Any = typer.main.get_command(app)
+    for args in volfsm_lines:
+        command: Any = group.commands[args[0]]
+        if isinstance(command, click.Group):
+            command = command.commands[args[1]]
+            args = args[1:]
+        command.make_context(args[0], args[1:])  # raises on an unknown or malformed option
+    assert {args[0] for args in volfsm_lines} == {"apply", "wait", "get"}

@@ -9,6 +9,7 @@ is 0.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -141,3 +142,79 @@ def test_sigterm_cancels_what_outlasts_the_grace_and_records_it(
     messages = [line.get("message", "") for line in svc.log_lines()]
     assert "SIGINT: draining" in messages
     assert messages[-1] == "volfsm serve stopped"
+
+
+def processes_using(path: Path) -> list[int]:
+    """Pids of processes whose command line mentions `path` (scoped to this test's dirs)."""
+    needle = str(path).encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_ctrl_c_to_the_whole_process_group_drains_into_the_embedded_stream(
+    csi_driver: DriverProcess, make_serve: MakeServe
+) -> None:
+    # Arrange: serve with its embedded nats-server, started as a shell job (its own
+    # process group); NodePublishVolume takes 1.5 s, so the mount's outcome is
+    # recorded after Ctrl-C and must still reach the stream.
+    _driver_with_volume(csi_driver)
+    csi_driver.set_faults(
+        [{"rpc": "NodePublishVolume", "action": "delay", "seconds": 1.5, "times": 1}]
+    )
+    svc = make_serve(
+        own_group=True,
+        args=["--csi", f"csi.volfsm.dev={csi_driver.endpoint}", "--drain-grace", "30"],
+    ).start()
+    assert svc.proc is not None
+    store = svc.data_dir / "nats"
+    [embedded] = processes_using(store)
+    assert os.getpgid(embedded) != os.getpgid(svc.proc.pid)
+    start_mount_and_wait_until_running(svc)
+
+    # Act: what Ctrl-C in a terminal does: SIGINT to every process of the group
+    os.killpg(svc.proc.pid, signal.SIGINT)
+    code = svc.proc.wait(60)
+
+    # Assert: drained, the embedded server stopped with it, every event in its stream
+    assert code == 0, svc.stderr_tail()
+    assert processes_using(store) == []
+    log = svc.open_log()
+    try:
+        types = [env.type for env in log.read_after(0)]
+        assert log.get_cursor("relay:VOLFSM") == log.last_seq()
+        want = expected_stream(log)
+    finally:
+        log.close()
+    assert "VolumeMounted" in types  # recorded after Ctrl-C, by the finishing mount
+    messages = [line.get("message", "") for line in svc.log_lines()]
+    assert "SIGINT: draining" in messages
+    assert not any("not yet in the stream" in m for m in messages), svc.stderr_tail()
+    assert messages[-1] == "volfsm serve stopped"
+    with NatsServer(store) as again:  # the embedded server's store, read back
+        assert read_stream(again.url) == want
+
+
+def test_the_embedded_server_in_its_own_session_still_dies_with_a_killed_service(
+    make_serve: MakeServe,
+) -> None:
+    svc = make_serve(own_group=True).start()
+    assert svc.proc is not None
+    store = svc.data_dir / "nats"
+    [embedded] = processes_using(store)
+    assert os.getsid(embedded) == embedded  # a session of its own
+
+    svc.kill()  # SIGKILL: no drain, no stop() of the server
+
+    deadline = time.monotonic() + 30
+    while processes_using(store):
+        assert time.monotonic() < deadline, "the embedded nats-server outlived its service"
+        time.sleep(0.05)

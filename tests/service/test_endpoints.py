@@ -7,13 +7,17 @@ catches up when NATS is back.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from events.log import ANY_VERSION, EventLog
@@ -23,7 +27,7 @@ from tests.service.test_http_metrics import sample
 from volfsm.cli import app
 from volfsm.desired.dsw import DesiredStateOfWorld
 from volfsm.desired.loader import load_objects
-from volfsm.natsutil import NatsServer
+from volfsm.natsutil import NatsServer, free_port
 from volfsm.service.config import settings_from
 from volfsm.service.serve import NodeService
 
@@ -116,6 +120,63 @@ def test_not_ready_before_start(tmp_path: Path) -> None:
     assert resp.body.startswith("not ready\n")
     assert "[-] asw rebuilt" in resp.body and "[-] first reconcile done" in resp.body
     assert service.healthz().status == 200
+
+
+async def http_get(port: int, path: str) -> tuple[int, str]:
+    """(status, body) of one GET to 127.0.0.1:`port`, from a thread."""
+
+    def get() -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+                return int(resp.status), resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read().decode()
+
+    return await asyncio.to_thread(get)
+
+
+async def test_healthz_is_503_once_the_reconciler_died(
+    tmp_path: Path, nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Arrange: a service in this process, ready and healthy
+    port = free_port()
+    settings = settings_from(
+        {
+            "data_dir": str(tmp_path / "data"),
+            "node": NODE,
+            "nats": nats_server.url,
+            "http": f"127.0.0.1:{port}",
+        },
+        environ={},
+    )
+    service = NodeService(settings)
+    await service.start()
+    try:
+        async with asyncio.timeout(60):
+            while not service.ready:
+                await asyncio.sleep(0.02)
+        assert await http_get(port, "/healthz") == (200, "ok\n")
+        engine = service.engine
+        assert engine is not None and engine.alive
+
+        # Act: the reconciler loop dies of a bug on its next pass
+        def broken(limit: int | None = None) -> None:
+            raise RuntimeError("a bug in the reconciler")
+
+        monkeypatch.setattr(engine.reconciler, "reconcile", broken)
+        engine.reconciler.wake()
+        async with asyncio.timeout(60):
+            while engine.alive:
+                await asyncio.sleep(0.02)
+
+        # Assert: not alive any more, though still running and "ready"
+        assert engine.running and service.ready
+        status, body = await http_get(port, "/healthz")
+        assert status == 503
+        assert "reconciler died" in body
+    finally:
+        await service.stop()
+    assert service.healthz().status == 503
 
 
 def nats_children(pid: int) -> list[int]:

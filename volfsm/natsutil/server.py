@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
@@ -62,11 +63,21 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM when the parent thread dies (Linux)."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+def _die_with(parent_pid: int) -> Callable[[], None]:
+    """A `preexec_fn`: in the child before exec, get SIGTERM when the parent thread dies.
+
+    Linux `PR_SET_PDEATHSIG`; it survives `setsid` and exec. A parent that
+    died before the call was made is caught by checking the parent pid after it.
+    """
+
+    def arm() -> None:
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return arm
 
 
 class NatsServer:
@@ -79,6 +90,11 @@ class NatsServer:
     With `die_with_parent` (default) the server gets SIGTERM when the thread
     that started it dies (Linux `PR_SET_PDEATHSIG`), so a crashed owner does
     not leave it behind; start it from a long-lived thread (the main one).
+
+    With `own_session` (default) the server runs in a session and process
+    group of its own, so signals meant for its owner's process group (Ctrl-C
+    in a terminal sends SIGINT to the whole foreground group) do not reach
+    it: the owner decides when it stops, e.g. after flushing its events.
 
     `config_text`, if given, is written to `<store_dir>/nats-server.conf` and
     passed with `-c` (accounts, users, TLS...); host, port and store come from
@@ -94,6 +110,7 @@ class NatsServer:
         config_text: str | None = None,
         binary: str | None = None,
         die_with_parent: bool = True,
+        own_session: bool = True,
         start_timeout_s: float = 15.0,
         server_name: str | None = None,
     ) -> None:
@@ -103,6 +120,7 @@ class NatsServer:
         self.config_text = config_text
         self.binary = binary or find_nats_server()
         self.die_with_parent = die_with_parent
+        self.own_session = own_session
         self.start_timeout_s = start_timeout_s
         self.server_name = server_name or f"volfsm-{uuid.uuid4().hex[:12]}"
         self.log_path = self.store_dir / "nats-server.log"
@@ -177,7 +195,8 @@ class NatsServer:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
-                preexec_fn=_die_with_parent if self.die_with_parent else None,
+                preexec_fn=_die_with(os.getpid()) if self.die_with_parent else None,
+                start_new_session=self.own_session,
             )
         try:
             self._wait_ready()

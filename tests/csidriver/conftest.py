@@ -1,68 +1,28 @@
-"""Fixtures: a running driver per test, its gRPC clients, and cleanup that always runs."""
+"""Fixtures: a running driver per test, its gRPC clients, and cleanup that always runs.
+
+The driver fixtures and the leftover checks are shared with the other CSI
+suites (tests/helpers/csidriver.py): every driver a test starts is stopped
+when it ends and everything under its tmp_path is unmounted and detached,
+even if it failed; a test that passed but left a mount, loop device or
+driver process behind fails in teardown; the session ends with a final check.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.helpers.csidriver import (
-    CsiClients,
-    DriverProcess,
-    cleanup_under,
-    leftovers_under,
-    live_drivers,
-    stop_all_drivers,
-)
+from tests.helpers import csidriver as shared
+from tests.helpers.csidriver import CsiClients, DriverProcess, StartDriver
 
-StartDriver = Callable[..., DriverProcess]
+__all__ = ["StartDriver"]
 
-
-@pytest.fixture(scope="session", autouse=True)
-def _nothing_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Final check of the session: no driver process, mount or loop device is left."""
-    yield
-    base = tmp_path_factory.getbasetemp()
-    stray = live_drivers()
-    stop_all_drivers()
-    found = cleanup_under(base)
-    assert not stray, f"driver processes left running: {stray}"
-    assert found.empty, f"left behind under {base}: {found}"
-    assert leftovers_under(base).empty
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """Remember each phase's outcome on the item, for the cleanup fixture."""
-    report = yield
-    setattr(item, f"_csidriver_{report.when}", report)
-    return report
-
-
-@pytest.fixture
-def start_driver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StartDriver]:
-    """Start drivers with their state under tmp_path; all stopped and cleaned up after.
-
-    Cleanup always runs. A test that passed but left a mount, loop device or
-    driver process behind fails in teardown.
-    """
-    started: list[DriverProcess] = []
-
-    def start(*extra_args: str, workdir: Path | None = None, **kwargs: Any) -> DriverProcess:
-        drv = DriverProcess(workdir or tmp_path, extra_args=extra_args, **kwargs)
-        started.append(drv)
-        return drv.start()
-
-    yield start
-    for drv in started:
-        drv.close()
-    found = cleanup_under(tmp_path)
-    assert leftovers_under(tmp_path).empty, f"cleanup failed under {tmp_path}"
-    call_report = getattr(request.node, "_csidriver_call", None)
-    if call_report is not None and call_report.passed:
-        assert found.empty, f"the test left mounts or loop devices behind: {found}"
+pytest_runtest_makereport = shared.remember_reports
+_nothing_left_behind = shared.nothing_left_behind
+janitor = shared.janitor_fixture
+start_driver = shared.start_driver_fixture
 
 
 @pytest.fixture

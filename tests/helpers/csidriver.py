@@ -13,6 +13,9 @@ The driver runs as a subprocess (``python -m volfsm.csidriver``) on a unix
 socket in a short private directory (socket paths are limited to 107 bytes).
 Everything it mounts or attaches lives under the work directory given, so
 ``cleanup_under`` can undo it even when a test failed halfway.
+``drv.calls(rpc, volume_id)`` / ``drv.codes(rpc)`` read the driver's own call
+log. The last section holds the pytest plumbing the CSI suites share (the
+janitor fixture, driver fixture and the session's final leftover check).
 """
 
 from __future__ import annotations
@@ -28,12 +31,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
+import pytest
 
 from volfsm.csi.v1 import csi_pb2, csi_pb2_grpc
 
@@ -42,6 +46,7 @@ MIB = 1 << 20
 Mode = csi_pb2.VolumeCapability.AccessMode
 
 _LIVE: set[DriverProcess] = set()
+_SOCKET_DIRS: set[Path] = set()
 
 
 # ---------------------------------------------------------------- requests
@@ -190,7 +195,9 @@ class DriverProcess:
         self.state_dir = self.workdir / "driver-state"
         self.faults_file = self.workdir / "driver-faults.json"
         self.log_path = self.workdir / "driver.log"
+        self.call_log = self.workdir / "driver-calls.jsonl"
         self.socket_dir = Path(tempfile.mkdtemp(prefix="vcsi-", dir="/tmp"))
+        _SOCKET_DIRS.add(self.socket_dir)
         self.socket = self.socket_dir / "csi.sock"
 
     @property
@@ -214,6 +221,8 @@ class DriverProcess:
             self.name,
             "--faults",
             str(self.faults_file),
+            "--call-log",
+            str(self.call_log),
             "--log-level",
             "DEBUG",
             *self.extra_args,
@@ -324,6 +333,40 @@ class DriverProcess:
     def image(self, volume_id: str) -> Path:
         """The backing file of a volume."""
         return self.state_dir / "volumes" / f"{volume_id}.img"
+
+    def volume_record(self, volume_id: str) -> dict[str, Any]:
+        """The driver's own record of a volume (its JSON state file)."""
+        data = json.loads((self.state_dir / "volumes" / f"{volume_id}.json").read_text())
+        assert isinstance(data, dict)
+        return data
+
+    def calls(
+        self, rpc: str | None = None, volume_id: str | None = None, *, event: str = "end"
+    ) -> list[dict[str, Any]]:
+        """The driver's own record of its calls (``--call-log``), oldest first.
+
+        `event` "end" gives answered calls (with their ``code``), "start" every
+        call that arrived (also the ones that crashed the driver).
+        """
+        if not self.call_log.exists():
+            return []
+        found = []
+        for line in self.call_log.read_text().splitlines():
+            if not line.strip():
+                continue
+            entry = json.loads(line)
+            if entry.get("event") != event:
+                continue
+            if rpc is not None and entry.get("rpc") != rpc:
+                continue
+            if volume_id is not None and entry.get("volume_id") != volume_id:
+                continue
+            found.append(entry)
+        return found
+
+    def codes(self, rpc: str, volume_id: str | None = None) -> list[str]:
+        """The codes the driver answered `rpc` with ("OK", "ABORTED", ...), oldest first."""
+        return [str(e["code"]) for e in self.calls(rpc, volume_id)]
 
 
 def stop_all_drivers() -> None:
@@ -478,12 +521,34 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
-def cleanup_under(root: str | Path) -> Leftovers:
+def _detach_loops_under(root: str | Path) -> None:
+    for dev, _ in leftovers_under(root).loops:
+        subprocess.run(["losetup", "-d", dev], capture_output=True, check=False)
+
+
+def _unmount_under(root: str | Path) -> None:
+    base = os.path.realpath(root)
+    points = {m.mount_point for m in mountinfo() if _under(m.mount_point, base)}
+    for point in sorted(points, key=lambda p: p.count("/"), reverse=True):
+        while mounts_at(point):
+            done = subprocess.run(["umount", point], capture_output=True, check=False)
+            if done.returncode != 0:
+                subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+                if mounts_at(point):
+                    break
+
+
+def cleanup_under(root: str | Path, timeout: float = 10.0) -> Leftovers:
     """End drivers with state under root, unmount everything under root (deepest
     first) and detach loop devices backed by files under root.
 
-    Returns what was found before cleaning. Falls back to a lazy unmount for a
-    busy mount, so that one stuck test does not poison the rest of the run.
+    Returns what was found before cleaning. Loop devices are detached before
+    and after the unmounts: a block volume's lock loop device is backed by a
+    file under root with the volume's device bind-mounted on it, and a busy
+    loop device is only marked to go when its last user closes it, so the
+    pass repeats (for up to `timeout` seconds) until nothing is left. Falls
+    back to a lazy unmount for a busy mount, so that one stuck test does not
+    poison the rest of the run.
     """
     found = leftovers_under(root)
     for drv in list(_LIVE):
@@ -491,13 +556,105 @@ def cleanup_under(root: str | Path) -> Leftovers:
             drv.close()
     for pid in driver_pids_under(root):
         _end_process(pid)
-    for point in sorted(set(found.mounts), key=lambda p: p.count("/"), reverse=True):
-        while mounts_at(point):
-            done = subprocess.run(["umount", point], capture_output=True, check=False)
-            if done.returncode != 0:
-                subprocess.run(["umount", "-l", point], capture_output=True, check=False)
-                if mounts_at(point):
-                    break
-    for dev, _ in leftovers_under(root).loops:
-        subprocess.run(["losetup", "-d", dev], capture_output=True, check=False)
-    return found
+    deadline = time.monotonic() + timeout
+    while True:
+        _detach_loops_under(root)
+        _unmount_under(root)
+        _detach_loops_under(root)
+        if leftovers_under(root).empty or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+# ---------------------------------------------------------------- pytest plumbing
+#
+# The CSI suites (tests/csidriver, tests/csiplugin, tests/enginecsi) share
+# these. A conftest binds them to its own names, which pytest picks up:
+#
+#     pytest_runtest_makereport = remember_reports
+#     _nothing_left_behind = nothing_left_behind
+#     janitor = janitor_fixture
+#     start_driver = start_driver_fixture
+
+StartDriver = Callable[..., DriverProcess]
+_REPORTS = "_csi_reports"
+
+
+class Closeable(Protocol):
+    """Anything a test registers with the janitor (drivers, servers, engines' stacks)."""
+
+    def close(self) -> None:
+        """Stop it and release what it holds."""
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def remember_reports(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Hook body for ``pytest_runtest_makereport``: keep each phase's report on the item."""
+    report = yield
+    reports = getattr(item, _REPORTS, None)
+    if reports is None:
+        reports = {}
+        setattr(item, _REPORTS, reports)
+    reports[report.when] = report
+    return report
+
+
+def call_passed(item: pytest.Item) -> bool:
+    """Whether the test body ran and passed (needs `remember_reports`)."""
+    report = getattr(item, _REPORTS, {}).get("call")
+    return report is not None and bool(report.passed)
+
+
+def check_clean(item: pytest.Item, root: Path) -> None:
+    """Clean up under root; fail if that failed, or if a passing test left anything."""
+    found = cleanup_under(root)
+    left = leftovers_under(root)
+    assert left.empty, f"cleanup failed under {root}: {left}"
+    if call_passed(item):
+        assert found.empty, f"the test left mounts, loop devices or drivers behind: {found}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Final check of the session: no driver process, mount or loop device is left.
+
+    Scoped to this session's base temp dir (and the drivers this process
+    started): other suites may be running on the machine at the same time.
+    """
+    yield
+    base = tmp_path_factory.getbasetemp()
+    stray = live_drivers()
+    stop_all_drivers()
+    found = cleanup_under(base)
+    sockets = [d for d in _SOCKET_DIRS if d.exists()]
+    assert not stray, f"driver processes left running: {stray}"
+    assert found.empty, f"left behind under {base}: {found}"
+    assert leftovers_under(base).empty
+    assert not sockets, f"driver socket dirs left behind: {sockets}"
+
+
+@pytest.fixture
+def janitor_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[Closeable]]:
+    """Closes what tests register (last first), then cleans tmp_path (see `check_clean`)."""
+    things: list[Closeable] = []
+    try:
+        yield things
+    finally:
+        try:
+            for thing in reversed(things):
+                thing.close()
+        finally:
+            check_clean(request.node, tmp_path)
+
+
+@pytest.fixture
+def start_driver_fixture(janitor: list[Closeable], tmp_path: Path) -> StartDriver:
+    """Start volfsm's CSI driver: extra command-line flags as arguments, DriverProcess
+    fields as keywords (state under `workdir`, default tmp_path)."""
+
+    def start(*extra_args: str, workdir: Path | None = None, **kwargs: Any) -> DriverProcess:
+        drv = DriverProcess(workdir or tmp_path, extra_args=extra_args, **kwargs)
+        janitor.append(drv)
+        return drv.start()
+
+    return start

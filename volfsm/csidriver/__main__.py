@@ -9,6 +9,8 @@ from pathlib import Path
 
 from loguru import logger
 
+from volfsm.csidriver.admin import COMMANDS
+from volfsm.csidriver.admin import main as admin_main
 from volfsm.csidriver.config import (
     DEFAULT_NAME,
     DEFAULT_VOLUME_BYTES,
@@ -24,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="volfsm-csi-driver",
         description="volfsm's CSI driver: loop-device volumes backed by sparse files. Run as root.",
+        epilog="Volume commands for a running driver (no root needed, only the socket):"
+        " volfsm-csi-driver {create-volume,delete-volume,expand-volume} --help",
     )
     p.add_argument(
         "--endpoint",
@@ -34,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", required=True, type=Path, help="volume files and records")
     p.add_argument("--name", default=DEFAULT_NAME, help=f"driver name (default {DEFAULT_NAME})")
     p.add_argument("--faults", type=Path, help="fault-injection control file (JSON)")
+    p.add_argument(
+        "--call-log",
+        type=Path,
+        help="append a JSON line per call start and end to this file (tests, debugging)",
+    )
     p.add_argument("--no-stage", action="store_true", help="do not offer STAGE_UNSTAGE_VOLUME")
     p.add_argument(
         "--single-node-multi-writer",
@@ -61,6 +70,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         state_dir=args.state_dir.resolve(),
         name=args.name,
         faults_file=args.faults.resolve() if args.faults else None,
+        call_log=args.call_log.resolve() if args.call_log else None,
         stage_unstage=not args.no_stage,
         single_node_multi_writer=args.single_node_multi_writer,
         volume_mount_group=args.volume_mount_group,
@@ -76,7 +86,10 @@ def _usage_error(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse arguments, check root, and serve until SIGTERM."""
+    """Run a volume command (see `admin`), or parse arguments, check root and serve."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in COMMANDS:
+        return admin_main(argv)
     args = build_parser().parse_args(argv)
     if os.geteuid() != 0:
         return _usage_error(

@@ -26,6 +26,7 @@ class Settings:
     state_dir: Path
     name: str = DEFAULT_NAME
     faults_file: Path | None = None
+    call_log: Path | None = None
     stage_unstage: bool = True
     single_node_multi_writer: bool = False
     volume_mount_group: bool = False

@@ -14,6 +14,7 @@ from loguru import logger
 from volfsm.csi.v1 import csi_pb2
 from volfsm.csidriver.errors import CsiError
 from volfsm.csidriver.faults import FaultInjector
+from volfsm.csidriver.journal import CallJournal
 from volfsm.csidriver.locks import VolumeLocks
 
 T = TypeVar("T")
@@ -41,9 +42,12 @@ def redact(msg: Message) -> dict[str, Any]:
 class CallRunner:
     """Wraps every servicer method with the driver's common behaviour."""
 
-    def __init__(self, locks: VolumeLocks, faults: FaultInjector) -> None:
+    def __init__(
+        self, locks: VolumeLocks, faults: FaultInjector, journal: CallJournal | None = None
+    ) -> None:
         self._locks = locks
         self._faults = faults
+        self._journal = journal or CallJournal(None)
 
     def run(
         self,
@@ -63,6 +67,7 @@ class CallRunner:
         """
         started = time.monotonic()
         logger.debug("{} request {}", rpc, redact(request))
+        self._journal.started(rpc, volume_id)
         try:
             if lock and not volume_id:
                 raise CsiError(grpc.StatusCode.INVALID_ARGUMENT, f"{key_field} is required")
@@ -73,11 +78,12 @@ class CallRunner:
             logger.exception("{} volume={} failed unexpectedly", rpc, volume_id or "-")
             failure = (grpc.StatusCode.INTERNAL, f"{rpc}: {type(err).__name__}: {err}")
         else:
-            logger.info(
-                "{} volume={} ok in {:.3f}s", rpc, volume_id or "-", time.monotonic() - started
-            )
+            took = time.monotonic() - started
+            logger.info("{} volume={} ok in {:.3f}s", rpc, volume_id or "-", took)
+            self._journal.ended(rpc, volume_id, "OK", took)
             return result
         code, message = failure
+        self._journal.ended(rpc, volume_id, code.name, time.monotonic() - started)
         logger.info(
             "{} volume={} -> {} {} in {:.3f}s",
             rpc,

@@ -19,6 +19,7 @@ from volfsm.csidriver.config import Settings
 from volfsm.csidriver.controller import ControllerService
 from volfsm.csidriver.faults import FaultInjector
 from volfsm.csidriver.identity import IdentityService, missing_tools
+from volfsm.csidriver.journal import CallJournal
 from volfsm.csidriver.locks import VolumeLocks
 from volfsm.csidriver.node import NodeService
 from volfsm.csidriver.rpc import CallRunner
@@ -64,7 +65,7 @@ class Driver:
         faults = FaultInjector(
             settings.faults_file, settings.state_dir / "faults-fired.json", self.stopping
         )
-        runner = CallRunner(VolumeLocks(), faults)
+        runner = CallRunner(VolumeLocks(), faults, CallJournal(settings.call_log))
         self.identity = IdentityService(settings, runner)
         self.controller = ControllerService(settings, runner, self.volumes)
         self.node = NodeService(settings, runner, self.volumes)

@@ -26,7 +26,12 @@ from volfsm.plugins.csi.redact import redacted
 DEFAULT_TIMEOUT_S = 120.0
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_NODE_ID_BYTES = 256
+RECONNECT_BACKOFF_MS = (100, 1000)
+"""Initial and longest wait between reconnects to the socket (gRPC's default grows to
+2 minutes; kubelet dials afresh for every call, so it sees a restarted driver at once)."""
 BAD_RESPONSE = "BadDriverResponse"
+UNPARSABLE_CODE = "Internal"
+"""Code of a reply that is not protobuf (grpc-go: codes.Internal, "failed to unmarshal")."""
 _RPC = csi_pb2.NodeServiceCapability.RPC.Type
 _DRIVER_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?")
 
@@ -118,11 +123,15 @@ class CsiClient:
     def _stubs(self) -> tuple[Any, Any]:
         if self._channel is None:
             # Kubelet dials with authority "localhost" and insecure credentials.
+            initial_ms, max_ms = RECONNECT_BACKOFF_MS
             self._channel = grpc.aio.insecure_channel(
                 self.endpoint,
                 options=[
                     ("grpc.default_authority", "localhost"),
                     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.initial_reconnect_backoff_ms", initial_ms),
+                    ("grpc.min_reconnect_backoff_ms", initial_ms),
+                    ("grpc.max_reconnect_backoff_ms", max_ms),
                 ],
             )
             self._identity = csi_pb2_grpc.IdentityStub(self._channel)
@@ -140,11 +149,20 @@ class CsiClient:
         stub = identity if service == "identity" else node
         logger.opt(lazy=True).debug("csi call {} {}", lambda: rpc, lambda: redacted(request))
         try:
-            return await getattr(stub, rpc)(request, timeout=self.timeout_s)
+            response = await getattr(stub, rpc)(request, timeout=self.timeout_s)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # every failure is classified, none escapes raw
             raise classify(exc, rpc) from exc
+        if response is None:
+            # grpc.aio hands back None when the reply's bytes do not parse (the sync
+            # client and grpc-go raise INTERNAL): never take that for a success.
+            raise PluginError(
+                UNPARSABLE_CODE,
+                f"{rpc}: the driver's reply could not be parsed as a {rpc}Response",
+                ErrorClass.FINAL,
+            )
+        return response
 
     # ------------------------------------------------------------ identity
 

@@ -26,6 +26,7 @@ at teardown (still mounted) or the caller's cleanup could not finish.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -436,7 +437,12 @@ class CsiPlugin(VolumePlugin):
         )
 
     async def tear_down(self, req: VolumeRequest) -> None:
-        """NodeUnpublishVolume; then remove what is left (never a mount point)."""
+        """NodeUnpublishVolume; then remove what is left (never a mount point).
+
+        A symlink the driver left at a filesystem target is removed as a link,
+        without asking the driver (kubelet asks; the driver could then unmount
+        whatever the link points at).
+        """
         await self._ready()
         if req.volume_mode == BLOCK:
             device_file = self._block(req).publish_path(self.layout, req.pod_uid)
@@ -447,8 +453,21 @@ class CsiPlugin(VolumePlugin):
         target = req.mount_path
         if target is None:
             return
-        await self.client.unpublish(req.source.volume_handle, str(target))
-        await self._refuse_if_mounted("NodeUnpublishVolume", target)
+        link = await asyncio.to_thread(_link_target, target)
+        if link is None:
+            await self.client.unpublish(req.source.volume_handle, str(target))
+            await self._refuse_if_mounted("NodeUnpublishVolume", target)
+        else:
+            # Nothing can be mounted on a symlink (mount(2) resolves it), so there is
+            # nothing to unpublish at this path; a driver asked to would unmount
+            # through the link, at a place outside the root. Only the link goes.
+            logger.warning(
+                "CSI driver {}: {} is a symlink (to {!r}), not a publish target; removing"
+                " the link without NodeUnpublishVolume",
+                self.driver,
+                target,
+                link,
+            )
         await self._cleanup((paths.publish_data_file(target),), (target, target.parent))
 
     # ------------------------------------------------------------ expand
@@ -497,3 +516,11 @@ class CsiPlugin(VolumePlugin):
         if not volume_path:
             raise _transient("InvalidArgument", "stats need the pod's publish path")
         return await self.client.volume_stats(req.source.volume_handle, volume_path)
+
+
+def _link_target(path: Path) -> str | None:
+    """Where `path` points if it is a symlink, else None."""
+    try:
+        return os.readlink(path)
+    except OSError:  # not a link, or gone
+        return None

@@ -16,7 +16,9 @@
   a short rowid range) to what the index finds, in one SQL statement.
   A group commit thus dirties only append-only pages (the events table and
   its `ts` index) instead of one index page per stream it touches.
-* Named cursors live in the same database.
+* Named cursors live in the same database, and so do snapshots of folded
+  state (`snapshots`, see `events.snapshots`; log schema 3 added their
+  tables, and opening an older log for writing adds them).
 * Only one process may open a log for writing (an flock on `<file>.lock`).
   Files that are not volfsm logs, or come from a newer volfsm, are refused
   before anything is written to them (and before the lock file is created).
@@ -54,11 +56,13 @@ from events.errors import (
     NewerSchemaError,
     NotAVolfsmLogError,
 )
+from events.snapshots import SNAPSHOT_TABLES, SnapshotStore
 from events.types import Body, Envelope
 
 LOG_FORMAT = "volfsm-event-log"
-LOG_SCHEMA = 2
-"""2: stream_index + index_state replace schema 1's unique (stream, version) index on events."""
+LOG_SCHEMA = 3
+"""2: stream_index + index_state replace schema 1's unique (stream, version) index on events.
+3: the snapshots and snapshot_chunks tables (`events.snapshots`); additive."""
 ANY_VERSION = -1
 """Pass as `expected_version` to append without a version check."""
 
@@ -192,6 +196,19 @@ class _CursorWrite(_Work):
         self.result = None
 
 
+class _SqlWrite(_Work):
+    """Statements committed in a transaction of their own (`EventLog.write_derived`)."""
+
+    __slots__ = ("statements",)
+
+    def __init__(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        self.statements = statements
+        self.lock = _thread_waiter()
+        self.loop = None
+        self.future = None
+        self.result = None
+
+
 def _resolve_async(works: list[_Work]) -> None:
     for work in works:
         fut = work.future
@@ -300,6 +317,12 @@ def _create_schema(db: sqlite_utils.Database, node: str, created_us: int) -> Non
     _create_stream_index(db)
     if "cursors" not in db.table_names():
         db["cursors"].create({"name": str, "seq": int, "updated_us": int}, pk="name")
+    _create_snapshot_tables(db)
+
+
+def _create_snapshot_tables(db: sqlite_utils.Database) -> None:
+    for ddl in SNAPSHOT_TABLES:
+        db.execute(ddl)
 
 
 def _create_stream_index(db: sqlite_utils.Database) -> None:
@@ -313,10 +336,17 @@ def _create_stream_index(db: sqlite_utils.Database) -> None:
         db["index_state"].insert({"id": 0, "indexed_seq": 0})
 
 
-def _upgrade_schema_1(db: sqlite_utils.Database) -> None:
-    """Schema 1 kept a unique (stream, version) index on events: move it to stream_index."""
-    _create_stream_index(db)
-    db.execute("DROP INDEX IF EXISTS idx_events_stream_version")
+def _upgrade_schema(db: sqlite_utils.Database, schema: int) -> None:
+    """Bring a log of an older schema to `LOG_SCHEMA` (in the caller's transaction).
+
+    1 -> 2: schema 1 kept a unique (stream, version) index on events; it
+    moves to stream_index. 2 -> 3: the snapshot tables are added.
+    """
+    if schema < 2:
+        _create_stream_index(db)
+        db.execute("DROP INDEX IF EXISTS idx_events_stream_version")
+    if schema < 3:
+        _create_snapshot_tables(db)
     db.execute("UPDATE volfsm_meta SET value = ? WHERE key = 'log_schema'", (str(LOG_SCHEMA),))
 
 
@@ -365,6 +395,7 @@ class EventLog:
         self._cond = threading.Condition(self._lock)
         self._read_lock = threading.Lock()
         self._read_uri = f"file:{self.path}?mode=ro"
+        self._snapshots: SnapshotStore | None = None
         if readonly:
             self._reader = self._open_readonly()
             self.node = self._meta_value("node")
@@ -419,8 +450,10 @@ class EventLog:
         with _Transaction(conn):
             if "volfsm_meta" not in db.table_names():
                 _create_schema(db, node, self._clock())
-            elif _check_meta(_read_meta(conn, self.path), self.path) < LOG_SCHEMA:
-                _upgrade_schema_1(db)
+            else:
+                schema = _check_meta(_read_meta(conn, self.path), self.path)
+                if schema < LOG_SCHEMA:
+                    _upgrade_schema(db, schema)
         return conn
 
     def _open_readonly(self) -> sqlite3.Connection:
@@ -439,7 +472,7 @@ class EventLog:
             self._read_uri = f"file:{self.path}?immutable=1"
             conn = sqlite3.connect(self._read_uri, uri=True, check_same_thread=False)
             meta = _read_meta(conn, self.path)
-        if _check_meta(meta, self.path) < LOG_SCHEMA:
+        if _check_meta(meta, self.path) < 2:
             _shim_schema_1(conn)
         return conn
 
@@ -597,17 +630,64 @@ class EventLog:
             if batch is None:
                 break
             if batch:
-                try:
-                    self._commit_batch(batch)
-                except BaseException as exc:  # never leave a submitter waiting
-                    for work in batch:
-                        if not isinstance(work.result, BaseException):
-                            work.result = exc
-                self._deliver(batch)
+                writes = [w for w in batch if isinstance(w, _SqlWrite)]
+                if writes:
+                    batch = [w for w in batch if not isinstance(w, _SqlWrite)]
+                if batch:
+                    try:
+                        self._commit_batch(batch)
+                    except BaseException as exc:  # never leave a submitter waiting
+                        for work in batch:
+                            if not isinstance(work.result, BaseException):
+                                work.result = exc
+                    self._deliver(batch)
+                for write in writes:  # after the appends were answered
+                    self._commit_write(write)
+                    self._deliver([write])
             unindexed = self._next_seq - 1 - self._indexed_seq
             if unindexed >= (_INDEX_FLUSH_EVENTS if batch else 1):
                 self._try_index_tail()
         self._try_index_tail()
+
+    def _commit_write(self, work: _SqlWrite) -> None:
+        """Commit derived data in a transaction of its own, without an fsync of its own.
+
+        `synchronous=NORMAL` for it: the next append's commit syncs the WAL
+        with it; a power cut may lose it, which costs a longer replay, never
+        a wrong state (it is derived from events committed before it).
+        """
+        writer = self._writer
+        try:
+            writer.execute("PRAGMA synchronous=NORMAL")
+            try:
+                writer.execute("BEGIN IMMEDIATE")
+                for sql, params in work.statements:
+                    writer.execute(sql, params)
+                writer.execute("COMMIT")
+            finally:
+                if writer.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        writer.execute("ROLLBACK")
+                writer.execute("PRAGMA synchronous=FULL")
+        except BaseException as exc:
+            work.result = exc
+
+    def write_derived(self, statements: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
+        """Commit `statements` (derived data kept in the log file: snapshots) on the writer.
+
+        They run in a transaction of their own between two group commits:
+        appends never share a transaction with them (their failure fails no
+        append) and wait for one such transaction at most, with no lock
+        contention between two SQLite connections (whose busy handler
+        sleeps in steps of up to 100 ms). Blocking; raises what SQLite raised.
+        """
+        if self.readonly:
+            raise LogClosedError(f"{self.path}: opened read-only")
+        work = _SqlWrite(list(statements))
+        self._submit(work)
+        work.lock.acquire()
+        if isinstance(work.result, BaseException):
+            raise work.result
 
     def _index_tail(self) -> None:
         """Add the events above indexed_seq to stream_index, in one transaction."""
@@ -817,6 +897,28 @@ class EventLog:
         finally:
             conn.close()
 
+    @contextlib.contextmanager
+    def scan_rows(
+        self, after: int = 0, until_seq: int | None = None
+    ) -> Iterator[Iterator[tuple[int, str, int, str, int, int, bytes]]]:
+        """The stored rows after `after` (up to `until_seq`), undecoded, in seq order.
+
+        (seq, stream, version, type, schema, ts, body): the input of the
+        fastest folds (`projections.asw.Asw.fold_rows`, the engine's start).
+        One cursor on a connection of its own (one consistent snapshot of
+        the log), open while the `with` block runs; `node` is not read.
+        """
+        upper = until_seq if until_seq is not None else 2**62
+        conn = sqlite3.connect(self._read_uri, uri=True, check_same_thread=False)
+        try:
+            yield conn.execute(
+                "SELECT seq, stream, version, type, schema, ts, body FROM events "
+                "WHERE seq > ? AND seq <= ? ORDER BY seq",
+                (after, upper),
+            )
+        finally:
+            conn.close()
+
     def read_stream(self, stream: str, after_version: int = 0) -> list[Envelope]:
         """One stream's events with version greater than `after_version`."""
         with self._read_lock:
@@ -853,6 +955,25 @@ class EventLog:
         with self._read_lock:
             return [r[0] for r in self._reader.execute(_STREAMS)]
 
+    # ------------------------------------------------------------- snapshots
+
+    @property
+    def snapshots(self) -> SnapshotStore:
+        """The log's snapshot tables (`events.snapshots`); saving needs a writable log."""
+        store = self._snapshots
+        if store is None:
+            with self._lock:
+                store = self._snapshots
+                if store is None:
+                    store = self._snapshots = SnapshotStore(
+                        self.path,
+                        self._read_uri,
+                        write=None if self.readonly else self.write_derived,
+                    )
+                    if self._closed:
+                        store.close()
+        return store
+
     # --------------------------------------------------------------- cursors
 
     def get_cursor(self, name: str) -> int:
@@ -885,6 +1006,8 @@ class EventLog:
                 return
             self._closed = True
             self._cond.notify_all()
+        if self._snapshots is not None:
+            self._snapshots.close()
         if self._writer_thread is not None:
             self._writer_thread.join()
             self._writer.close()

@@ -8,13 +8,17 @@ from `events.tables` and never imports `transitions`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
+from events.codec import CURRENT_SCHEMAS, decode_body, decode_current_body
 from events.streams import DEVICE_PREFIX, POD_PREFIX, PODVOL_PREFIX
 from events.tables import DEVICE_FSM, PODVOL_FSM, FsmTable
 from events.types import (
+    Body,
     DesiredSizeChanged,
     DeviceAttached,
     DeviceMounted,
@@ -32,9 +36,14 @@ from events.types import (
     VolumeUnmounted,
 )
 
+StoredRow = tuple[int, str, int, str, int, int, bytes]
+"""(seq, stream, version, type, schema, ts, body bytes) as `EventLog.scan_rows` gives them."""
 
-@dataclass(slots=True)
-class OperationRecord:
+Hook = Callable[[Any, int], object]
+"""Called with (body, stream version) after an event of its type (`Asw.fold_rows`)."""
+
+
+class OperationRecord(msgspec.Struct, gc=False):
     """The last operation on an entry: what ran, how it ended, what follows."""
 
     op_id: str
@@ -55,8 +64,7 @@ class OperationRecord:
         return self.ended_us + int(self.backoff_s * 1_000_000)
 
 
-@dataclass(slots=True)
-class DeviceState:
+class DeviceState(msgspec.Struct, gc=False):
     """One volume on the node: the device FSM state and what is known about it."""
 
     volume_id: str
@@ -74,8 +82,7 @@ class DeviceState:
     last_error: OperationRecord | None = None
 
 
-@dataclass(slots=True)
-class PodVolumeState:
+class PodVolumeState(msgspec.Struct, gc=False):
     """One (pod, volume): the pod-volume FSM state and its mount."""
 
     pod_uid: str
@@ -104,68 +111,149 @@ class Asw:
 
     def apply(self, env: Envelope) -> None:
         """Fold one envelope into the state. Envelopes must come in `seq` order."""
-        self.last_seq = env.seq
-        self.last_ts = env.ts
-        stream = env.stream
+        self.fold_event(env.seq, env.stream, env.version, env.type, env.ts, env.body)
+
+    def fold_event(
+        self, seq: int, stream: str, version: int, type_name: str, ts: int, body: Body
+    ) -> None:
+        """`apply` of an event given field by field: big folds need no envelope per event."""
+        self.last_seq = seq
+        self.last_ts = ts
         if stream.startswith(DEVICE_PREFIX):
-            self._apply_device(stream[_DEVICE_CUT:], env)
+            volume_id = stream[_DEVICE_CUT:]
+            devices = self.devices
+            dev = devices.get(volume_id)
+            if dev is None:
+                dev = devices[volume_id] = DeviceState(volume_id, since_us=ts)
+            dev.version = version
+            cls = type(body)
+            op = _OPERATIONS.get(cls)
+            if op is not None:
+                op(dev, body, ts)
+                return
+            moves = _DEVICE_NEXT.get(type_name)
+            if moves is not None:
+                new_state = moves.get(dev.state)
+                if new_state is not None and new_state != dev.state:
+                    dev.state = new_state
+                    dev.since_us = ts
+            update = _DEVICE_UPDATES.get(cls)
+            if update is not None:
+                update(dev, body)
+            elif type_name == "DeviceDetached":
+                del devices[volume_id]
         elif stream.startswith(PODVOL_PREFIX):
             pod_uid, _, name = stream[_PODVOL_CUT:].partition("/")
-            self._apply_podvol(pod_uid, name, env)
+            key = (pod_uid, name)
+            podvols = self.podvols
+            pv = podvols.get(key)
+            if pv is None:
+                pv = podvols[key] = PodVolumeState(pod_uid, name, since_us=ts)
+            pv.version = version
+            cls = type(body)
+            op = _PODVOL_OPERATIONS.get(cls)
+            if op is not None:
+                op(pv, body, ts)
+                return
+            moves = _PODVOL_NEXT.get(type_name)
+            if moves is not None:
+                new_state = moves.get(pv.state)
+                if new_state is not None and new_state != pv.state:
+                    pv.state = new_state
+                    pv.since_us = ts
+            pv_update = _PODVOL_UPDATES.get(cls)
+            if pv_update is not None:
+                pv_update(pv, body)
         elif stream.startswith(POD_PREFIX):
-            self._apply_desired(env)
+            self._apply_desired(body)
+
+    def fold_rows(
+        self, rows: Iterable[StoredRow], hooks: Mapping[type, Hook] | None = None
+    ) -> tuple[int, int]:
+        """Fold stored rows, decoding each body; (last seq folded, rows folded).
+
+        The fast path of a big fold (engine start): `fold_event` written
+        out in one loop, and operation records decoded into views holding
+        only what the ASW keeps of them. After an event whose body type is
+        in `hooks`, `hooks[type](body, version)` is called (the engine feeds
+        its DSW and index this way; views are never passed to hooks).
+        tests/snapshot checks that this folds exactly like `apply`.
+        """
+        hooks = hooks or {}
+        views = _VIEW_DECODERS
+        schemas = CURRENT_SCHEMAS
+        decode = decode_current_body
+        devices, podvols = self.devices, self.podvols
+        device_ops, podvol_ops = _OPERATIONS, _PODVOL_OPERATIONS
+        device_next, podvol_next = _DEVICE_NEXT, _PODVOL_NEXT
+        device_updates, podvol_updates = _DEVICE_UPDATES, _PODVOL_UPDATES
+        device_cut, podvol_cut = _DEVICE_CUT, _PODVOL_CUT
+        device_prefix, podvol_prefix, pod_prefix = DEVICE_PREFIX, PODVOL_PREFIX, POD_PREFIX
+        new_device, new_podvol = DeviceState, PodVolumeState
+        count = 0
+        seq = ts = -1
+        body: Any
+        for seq, stream, version, type_name, schema, ts, data in rows:  # noqa: B007 (seq: after)
+            count += 1
+            if schemas.get(type_name) == schema:
+                view = views.get(type_name)
+                body = view(data) if view is not None else decode(data)
+            else:
+                body = decode_body(type_name, schema, data)
+            cls = type(body)
+            if stream.startswith(device_prefix):
+                volume_id = stream[device_cut:]
+                dev = devices.get(volume_id)
+                if dev is None:
+                    dev = devices[volume_id] = new_device(volume_id, since_us=ts)
+                dev.version = version
+                op = device_ops.get(cls)
+                if op is not None:
+                    op(dev, body, ts)
+                    continue
+                moves = device_next.get(type_name)
+                if moves is not None:
+                    new_state = moves.get(dev.state)
+                    if new_state is not None and new_state != dev.state:
+                        dev.state = new_state
+                        dev.since_us = ts
+                update = device_updates.get(cls)
+                if update is not None:
+                    update(dev, body)
+                elif type_name == "DeviceDetached":
+                    del devices[volume_id]
+            elif stream.startswith(podvol_prefix):
+                pod_uid, _, name = stream[podvol_cut:].partition("/")
+                key = (pod_uid, name)
+                pv = podvols.get(key)
+                if pv is None:
+                    pv = podvols[key] = new_podvol(pod_uid, name, since_us=ts)
+                pv.version = version
+                op = podvol_ops.get(cls)
+                if op is not None:
+                    op(pv, body, ts)
+                    continue
+                moves = podvol_next.get(type_name)
+                if moves is not None:
+                    new_state = moves.get(pv.state)
+                    if new_state is not None and new_state != pv.state:
+                        pv.state = new_state
+                        pv.since_us = ts
+                pv_update = podvol_updates.get(cls)
+                if pv_update is not None:
+                    pv_update(pv, body)
+            elif stream.startswith(pod_prefix):
+                self._apply_desired(body)
+            hook = hooks.get(cls)
+            if hook is not None:
+                hook(body, version)
+        if count:
+            self.last_seq, self.last_ts = seq, ts
+        return seq, count
 
     # ----------------------------------------------------------------- kinds
 
-    def _apply_device(self, volume_id: str, env: Envelope) -> None:
-        dev = self.devices.get(volume_id)
-        if dev is None:
-            dev = self.devices[volume_id] = DeviceState(volume_id=volume_id, since_us=env.ts)
-        dev.version = env.version
-        body = env.body
-        op = _OPERATIONS.get(type(body))
-        if op is not None:
-            op(dev, body, env.ts)
-            return
-        moves = _DEVICE_NEXT.get(env.type)
-        if moves is not None:
-            new_state = moves.get(dev.state)
-            if new_state is not None and new_state != dev.state:
-                dev.state = new_state
-                dev.since_us = env.ts
-        update = _DEVICE_UPDATES.get(type(body))
-        if update is not None:
-            update(dev, body)
-        elif env.type == "DeviceDetached":
-            del self.devices[volume_id]
-
-    def _apply_podvol(self, pod_uid: str, name: str, env: Envelope) -> None:
-        key = (pod_uid, name)
-        pv = self.podvols.get(key)
-        if pv is None:
-            pv = self.podvols[key] = PodVolumeState(
-                pod_uid=pod_uid, volume_name=name, since_us=env.ts
-            )
-        pv.version = env.version
-        body = env.body
-        op = _OPERATIONS.get(type(body))
-        if op is not None:
-            op(pv, body, env.ts)
-            if isinstance(body, OperationStarted) and body.volume_id:
-                pv.volume_id = body.volume_id
-            return
-        moves = _PODVOL_NEXT.get(env.type)
-        if moves is not None:
-            new_state = moves.get(pv.state)
-            if new_state is not None and new_state != pv.state:
-                pv.state = new_state
-                pv.since_us = env.ts
-        update = _PODVOL_UPDATES.get(type(body))
-        if update is not None:
-            update(pv, body)
-
-    def _apply_desired(self, env: Envelope) -> None:
-        body = env.body
+    def _apply_desired(self, body: Body) -> None:
         if isinstance(body, PodAdded):
             self.desired_pods[body.pod_uid] = body
         elif isinstance(body, PodRemoved):
@@ -207,9 +295,7 @@ Entry = DeviceState | PodVolumeState
 
 
 def _op_started(entry: Entry, body: Any, ts: int) -> None:
-    entry.last_operation = OperationRecord(
-        op_id=body.op_id, operation=body.operation, started_us=ts
-    )
+    entry.last_operation = OperationRecord(body.op_id, body.operation, ts)
 
 
 def _op_succeeded(entry: Entry, body: Any, ts: int) -> None:
@@ -222,9 +308,7 @@ def _op_succeeded(entry: Entry, body: Any, ts: int) -> None:
 def _op_failed(entry: Entry, body: Any, ts: int) -> None:
     op = entry.last_operation
     if op is None or op.op_id != body.op_id:
-        op = entry.last_operation = OperationRecord(
-            op_id=body.op_id, operation=body.operation, started_us=ts
-        )
+        op = entry.last_operation = OperationRecord(body.op_id, body.operation, ts)
     op.status = "failed"
     op.ended_us = ts
     op.code = body.code
@@ -234,11 +318,47 @@ def _op_failed(entry: Entry, body: Any, ts: int) -> None:
     entry.last_error = op
 
 
+def _podvol_op_started(entry: Entry, body: Any, ts: int) -> None:
+    entry.last_operation = OperationRecord(body.op_id, body.operation, ts)
+    if body.volume_id:
+        entry.volume_id = body.volume_id
+
+
+class _StartedView(msgspec.Struct, frozen=True, gc=False):
+    """What the ASW keeps of an OperationStarted (a big fold decodes only this)."""
+
+    op_id: str
+    operation: str
+    volume_id: str = ""
+
+
+class _SucceededView(msgspec.Struct, frozen=True, gc=False):
+    """What the ASW keeps of an OperationSucceeded."""
+
+    op_id: str
+
+
+_VIEW_DECODERS: dict[str, Callable[[bytes], Any]] = {
+    "OperationStarted": msgspec.msgpack.Decoder(_StartedView).decode,
+    "OperationSucceeded": msgspec.msgpack.Decoder(_SucceededView).decode,
+}
+"""Current-schema bodies `fold_rows` decodes as views (the rest: the full union)."""
+
 _OPERATIONS: dict[type, Callable[[Entry, Any, int], None]] = {
     OperationStarted: _op_started,
     OperationSucceeded: _op_succeeded,
     OperationFailed: _op_failed,
+    _StartedView: _op_started,
+    _SucceededView: _op_succeeded,
 }
+"""Operation records on a device stream."""
+
+_PODVOL_OPERATIONS: dict[type, Callable[[Entry, Any, int], None]] = {
+    **_OPERATIONS,
+    OperationStarted: _podvol_op_started,
+    _StartedView: _podvol_op_started,
+}
+"""Operation records on a pod-volume stream (a start also says which volume)."""
 
 
 def _device_attached(dev: DeviceState, body: Any) -> None:

@@ -167,8 +167,10 @@ def test_schema_1_log_is_upgraded_when_opened_for_writing(tmp_path: Path) -> Non
     conn = sqlite3.connect(path)
     meta = dict(conn.execute("SELECT key, value FROM volfsm_meta").fetchall())
     indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     conn.close()
     assert meta["log_schema"] == str(LOG_SCHEMA)
+    assert {"snapshots", "snapshot_chunks"} <= tables  # 1 -> 2 -> 3 in one open
     assert "idx_events_stream_version" not in indexes
     assert _indexed_seq(path) == 4
     assert_valid_log(path)

@@ -12,6 +12,7 @@ from events.codec import decode_body, envelope_from_json, envelope_to_json
 from events.log import EventLog
 from events.types import DeviceAttached, Envelope, OperationFailed, OperationStarted
 from events.upcast import OperationFailedV1
+from projections.asw import Asw, fold
 from tests.events.helpers import T0, FakeClock, started
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden_v1_events.ndjson"
@@ -219,6 +220,15 @@ def test_v1_row_in_a_real_log_reads_back_as_current_type(tmp_path: Path) -> None
         replayed: list[Envelope] = []
         log.replay(replayed.append)
         assert replayed == envs
+        with log.scan_rows() as rows:  # the engine start's fold decodes these itself
+            assert [r[:6] for r in rows] == [
+                (e.seq, e.stream, e.version, e.type, 1, e.ts) for e in envs
+            ]
+        folded = Asw()
+        with log.scan_rows() as rows:
+            assert folded.fold_rows(rows) == (2, 2)  # the v1 row upcast on the way
+        assert folded == fold(envs)
+        assert folded.devices["pvc-1"].last_error is not None
         assert [r[4] for r in log.rows_after(0)] == [1, 1]  # stored as written: schema 1
         # The log goes on after the old row.
         assert log.append(stream, 2, [started("op-2", "pvc-1")])[0].seq == 3

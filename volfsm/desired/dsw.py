@@ -18,8 +18,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from events.streams import pod_stream
-from events.types import DesiredSizeChanged, DesiredVolume, Envelope, PodAdded, PodRemoved
+from events.types import (
+    Body,
+    DesiredSizeChanged,
+    DesiredVolume,
+    Envelope,
+    PodAdded,
+    PodRemoved,
+)
 from volfsm.desired.errors import InvalidObjectError
 from volfsm.desired.objects import PersistentVolume, PersistentVolumeClaim
 from volfsm.desired.plan import ApplyPlan, ApplyResult, DesiredChange, plan_apply
@@ -30,11 +39,30 @@ __all__ = [
     "ApplyResult",
     "DesiredChange",
     "DesiredStateOfWorld",
+    "DswSnapshot",
     "InvalidObjectError",
     "PodVolume",
 ]
 
 PodVolume = tuple[PodAdded, DesiredVolume]
+
+
+class DswSnapshot(msgspec.Struct, array_like=True, frozen=True):
+    """What the fold of the desired-state events built, as a snapshot stores it.
+
+    The per-volume and per-(pod, volume) indexes are rebuilt from `pods`
+    (in their order, which is the order `pods_on_volume` reports); the
+    by-name index and the sizes are kept as they are, since their history
+    (a pod replaced under the same name, sizes of volumes no pod wants any
+    more) cannot be rebuilt from the pods alone. PVs and PVCs remembered by
+    `commit_objects` are not part of the fold and not of a snapshot.
+    """
+
+    pods: list[PodAdded] = []
+    by_name: list[tuple[str, str, str]] = []
+    """(namespace, name, uid)"""
+    sizes: dict[str, int] = {}
+    generation: int = 0
 
 
 class DesiredStateOfWorld:
@@ -90,7 +118,10 @@ class DesiredStateOfWorld:
 
     def observe(self, env: Envelope) -> None:
         """Apply one recorded event; events that are not desired-state ones are ignored."""
-        body = env.body
+        self.observe_body(env.body)
+
+    def observe_body(self, body: Body) -> None:
+        """`observe` of an event body (big folds need no envelope)."""
         if isinstance(body, PodAdded):
             self._add(body)
         elif isinstance(body, PodRemoved):
@@ -130,6 +161,35 @@ class DesiredStateOfWorld:
                     del self._by_volume[vol.volume_id]
                     self._sizes.pop(vol.volume_id, None)
         self._changed()
+
+    def export_state(self) -> DswSnapshot:
+        """The folded state, for a snapshot (shares the pod objects: encode it at once)."""
+        return DswSnapshot(
+            pods=list(self.pods.values()),
+            by_name=[(ns, name, uid) for (ns, name), uid in self._by_name.items()],
+            sizes=dict(self._sizes),
+            generation=self.generation,
+        )
+
+    def restore_state(self, snap: DswSnapshot) -> None:
+        """Replace the folded state with a snapshot's (what folding its events gave).
+
+        `pods` stays the same dict object (callers may hold it).
+        """
+        pods = self.pods
+        pods.clear()
+        self._entries = {}
+        self._by_volume = {}
+        for pod in snap.pods:
+            uid = pod.pod_uid
+            pods[uid] = pod
+            for vol in pod.volumes:
+                self._entries[(uid, vol.name)] = (pod, vol)
+                self._by_volume.setdefault(vol.volume_id, {})[uid] = None
+        self._by_name = {(ns, name): uid for ns, name, uid in snap.by_name}
+        self._sizes = dict(snap.sizes)
+        self.generation = snap.generation
+        self._to_mount = None
 
     def _changed(self) -> None:
         self._to_mount = None

@@ -15,11 +15,15 @@ and one small list per volume that some pod holds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import msgspec
 
 from events.tables import MOUNTED, UNCERTAIN
 from events.types import (
+    EVENT_TYPES,
+    Body,
     DesiredVolume,
     DeviceDetached,
     Envelope,
@@ -35,6 +39,15 @@ PodVolumeKey = tuple[str, str]
 
 HOLDING = frozenset({MOUNTED, UNCERTAIN})
 """Pod-volume states that may have the volume mounted (kubelet's GetAllMountedVolumes)."""
+
+
+class IndexSnapshot(msgspec.Struct, array_like=True, frozen=True):
+    """The index's folded state, as a snapshot stores it."""
+
+    removed_pods: dict[str, PodAdded] = {}
+    removed_volumes: dict[str, DesiredVolume] = {}
+    holders: dict[str, list[PodVolumeKey]] = {}
+    detached_versions: dict[str, int] = {}
 
 
 class DesiredPods(Protocol):
@@ -61,6 +74,8 @@ class EngineIndex:
         """volume_id -> pod-volumes on it that are Mounted or Uncertain."""
         self.detached_versions: dict[str, int] = {}
         """volume_id -> version of its device stream when it was detached (the ASW drops it)."""
+        self.handlers = self._handlers()
+        """Body type -> its fold (`apply_body` dispatches on it; big folds call it directly)."""
 
     # ---------------------------------------------------------------- feeding
 
@@ -69,25 +84,76 @@ class EngineIndex:
 
         Desired-state events must reach the index before the DSW observes them.
         """
-        body = env.body
-        if isinstance(body, VolumeMounted | VolumeMountUncertain):
-            self._hold(body.volume_id, (body.pod_uid, body.volume_name))
-        elif isinstance(body, VolumeUnmounted):
-            self._release(body.volume_id, (body.pod_uid, body.volume_name))
-        elif isinstance(body, PodAdded):
-            self.removed_pods.pop(body.pod_uid, None)
-            for dv in body.volumes:
-                self.removed_volumes.pop(dv.volume_id, None)
-            return tuple(dv.volume_id for dv in body.volumes)
-        elif isinstance(body, PodRemoved):
-            return self._remove_pod(body.pod_uid)
-        elif type(body).KIND == "desired":  # DesiredSizeChanged
-            return (getattr(body, "volume_id", ""),)
-        elif isinstance(body, DeviceDetached):
-            self.detached_versions[body.volume_id] = env.version
-            if body.volume_id not in self.holders:
-                self.removed_volumes.pop(body.volume_id, None)
+        return self.apply_body(env.body, env.version)
+
+    def apply_body(self, body: Body, version: int) -> tuple[str, ...]:
+        """`apply` of an event body and its stream version (big folds need no envelope)."""
+        handler = self.handlers.get(type(body))
+        return handler(body, version) if handler is not None else ()
+
+    def _handlers(self) -> dict[type, Callable[[Any, int], tuple[str, ...]]]:
+        """Body type -> what folding it does (types not listed change nothing here)."""
+        out: dict[type, Callable[[Any, int], tuple[str, ...]]] = {}
+        for cls in EVENT_TYPES.values():
+            if cls.KIND == "desired":
+                out[cls] = self._on_desired
+        out.update(
+            {
+                VolumeMounted: self._on_held,
+                VolumeMountUncertain: self._on_held,
+                VolumeUnmounted: self._on_released,
+                PodAdded: self._on_pod_added,
+                PodRemoved: self._on_pod_removed,
+                DeviceDetached: self._on_detached,
+            }
+        )
+        return out
+
+    def _on_held(self, body: VolumeMounted | VolumeMountUncertain, _: int) -> tuple[str, ...]:
+        self._hold(body.volume_id, (body.pod_uid, body.volume_name))
         return ()
+
+    def _on_released(self, body: VolumeUnmounted, _: int) -> tuple[str, ...]:
+        self._release(body.volume_id, (body.pod_uid, body.volume_name))
+        return ()
+
+    def _on_pod_added(self, body: PodAdded, _: int) -> tuple[str, ...]:
+        self.removed_pods.pop(body.pod_uid, None)
+        for dv in body.volumes:
+            self.removed_volumes.pop(dv.volume_id, None)
+        return tuple(dv.volume_id for dv in body.volumes)
+
+    def _on_pod_removed(self, body: PodRemoved, _: int) -> tuple[str, ...]:
+        return self._remove_pod(body.pod_uid)
+
+    def _on_desired(self, body: Any, _: int) -> tuple[str, ...]:  # DesiredSizeChanged
+        return (getattr(body, "volume_id", ""),)
+
+    def _on_detached(self, body: DeviceDetached, version: int) -> tuple[str, ...]:
+        self.detached_versions[body.volume_id] = version
+        if body.volume_id not in self.holders:
+            self.removed_volumes.pop(body.volume_id, None)
+        return ()
+
+    def export_state(self) -> IndexSnapshot:
+        """The folded state, for a snapshot (shares its objects: encode it at once)."""
+        return IndexSnapshot(
+            removed_pods=self.removed_pods,
+            removed_volumes=self.removed_volumes,
+            holders=self.holders,
+            detached_versions=self.detached_versions,
+        )
+
+    def restore_state(self, snap: IndexSnapshot) -> None:
+        """Replace the folded state with a snapshot's, in the same dict objects."""
+        self.removed_pods.clear()
+        self.removed_pods.update(snap.removed_pods)
+        self.removed_volumes.clear()
+        self.removed_volumes.update(snap.removed_volumes)
+        self.holders.clear()
+        self.holders.update((vid, list(keys)) for vid, keys in snap.holders.items())
+        self.detached_versions.clear()
+        self.detached_versions.update(snap.detached_versions)
 
     def _hold(self, volume_id: str, key: PodVolumeKey) -> None:
         held = self.holders.get(volume_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -21,7 +22,7 @@ from volfsm.plugins.scripted import (
     transient,
 )
 
-from .conftest import EngineFactory
+from .conftest import FAST, EngineFactory
 from .helpers import (
     device_state,
     device_transitions,
@@ -34,6 +35,10 @@ from .objects import claim_volume, pod, pv_set, volume_id_of
 
 V1 = volume_id_of("v1")
 OBJECTS = [*pv_set("v1"), pod("u1", claim_volume("data", "v1"))]
+
+GATED = dataclasses.replace(FAST, desired_complete=False)
+"""As `volfsm serve` starts: nothing is unmounted until the desired state is complete, so a
+reconstructed entry waits for the pod applied after start instead of being torn down."""
 
 
 def staged_plugin() -> ScriptedPlugin:
@@ -129,7 +134,7 @@ async def test_reconstructed_device_stays_uncertain_on_final_stage_errors(
     plugin = staged_plugin()
     gate = asyncio.Event()
     plugin.script("mount_device", final("NotFound"), final("NotFound"), ok(gate=gate))
-    engine = await make_engine(plugin)
+    engine = await make_engine(plugin, config=GATED)
     await engine.apply(OBJECTS)
     await eventually(lambda: plugin.calls("mount_device") == 3, "three stage attempts")
     assert device_state(engine, V1) == "Uncertain"  # not forgotten (kubelet #96635)
@@ -216,7 +221,7 @@ async def test_reconstructed_pod_volume_stays_uncertain_on_final_publish_errors(
     plugin = ScriptedPlugin()
     gate = asyncio.Event()
     plugin.script("set_up", final("NotFound"), final("NotFound"), ok(gate=gate))
-    engine = await make_engine(plugin)
+    engine = await make_engine(plugin, config=GATED)
     await engine.apply(OBJECTS)
     await eventually(lambda: plugin.calls("set_up") == 3, "three publish attempts")
     assert podvol_state(engine, "u1", "data") == "Uncertain"

@@ -2,16 +2,18 @@
 
 They find the service through `--nats` (or `$VOLFSM_NATS`, or the
 `nats.url` file the service writes in its data dir) and `--node` (or
-`$VOLFSM_NODE`, the data dir's `node` file, the host name). Exit codes: 0
-done, 1 the service refused or could not be reached (or a wait timed
-out), 2 a bad argument or file.
+`$VOLFSM_NODE`, the data dir's `node` file, the host name): every command
+takes the same connection options, gathered in `ServiceOptions`, and talks
+to the service through `_call`. Exit codes: 0 done, 1 the service refused
+or could not be reached (or a wait timed out), 2 a bad argument or file.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -90,33 +92,46 @@ KeyOpt = Annotated[
 ]
 
 
-def _target(
-    nats: str | None,
-    node: str | None,
-    data_dir: Path | None,
-    user: str | None,
-    password: str | None,
-    token: str | None,
-    creds: str | None,
-    ca: str | None,
-    cert: str | None,
-    key: str | None,
-) -> Target:
-    try:
-        options = auth_options(
-            user=user,
-            password=password,
-            token=token,
-            creds=creds,
-            tls_ca=ca,
-            tls_cert=cert,
-            tls_key=key,
-        )
-        return find_target(nats_url=nats, node=node, data_dir=data_dir, options=options)
-    except ConfigError as exc:
-        fail(str(exc))
-    except ServiceUnreachableError as exc:
-        _failed(str(exc))
+@dataclass(frozen=True)
+class ServiceOptions:
+    """How a command finds and talks to the service: its connection options."""
+
+    nats: str | None
+    node: str | None
+    data_dir: Path | None
+    request_timeout: float
+    nats_user: str | None
+    nats_password: str | None
+    nats_token: str | None
+    nats_creds: str | None
+    nats_tls_ca: str | None
+    nats_tls_cert: str | None
+    nats_tls_key: str | None
+
+    @classmethod
+    def of(cls, params: Mapping[str, Any]) -> ServiceOptions:
+        """The connection options among a command's parameters (pass it `locals()`)."""
+        return cls(**{f.name: params[f.name] for f in fields(cls)})
+
+    def target(self) -> Target:
+        """Where the service is; a bad option exits 2, no service found exits 1."""
+        try:
+            options = auth_options(
+                user=self.nats_user,
+                password=self.nats_password,
+                token=self.nats_token,
+                creds=self.nats_creds,
+                tls_ca=self.nats_tls_ca,
+                tls_cert=self.nats_tls_cert,
+                tls_key=self.nats_tls_key,
+            )
+            return find_target(
+                nats_url=self.nats, node=self.node, data_dir=self.data_dir, options=options
+            )
+        except ConfigError as exc:
+            fail(str(exc))
+        except ServiceUnreachableError as exc:
+            _failed(str(exc))
 
 
 def _failed(message: str) -> NoReturn:
@@ -124,11 +139,12 @@ def _failed(message: str) -> NoReturn:
     raise typer.Exit(EXIT_FAILED)
 
 
-def _run(target: Target, timeout: float, work: Callable[[ServiceClient], Awaitable[T]]) -> T:
-    """Connect, run `work`, close; errors become one line on stderr and exit 1."""
+def _call(opts: ServiceOptions, work: Callable[[ServiceClient], Awaitable[T]]) -> T:
+    """Find the service, connect, run `work`, close; errors: one line on stderr, exit 1."""
+    target = opts.target()
 
     async def main() -> T:
-        async with ServiceClient(target, timeout=timeout) as client:
+        async with ServiceClient(target, timeout=opts.request_timeout) as client:
             return await work(client)
 
     try:
@@ -193,11 +209,39 @@ def _header(reply: dict[str, Any]) -> str:
     )
 
 
+def recovery_lines(reply: dict[str, Any]) -> list[str]:
+    """What a restart left to know: the unmount gate, orphans, pod dirs that stay."""
+    lines: list[str] = []
+    if reply.get("desired_complete") is False:
+        left = reply.get("desired_grace_left_s")
+        until = f" (grace ends in {left:.0f}s)" if isinstance(left, int | float) else ""
+        lines.append(
+            f"desired state not complete: nothing is unmounted yet{until};"
+            " `volfsm apply -f DIR --complete` ends the wait"
+        )
+    report = reply.get("reconstruction") or {}
+    for orphan in report.get("orphans") or []:
+        status = orphan.get("status", "?")
+        text = f"orphan {orphan.get('path')}: {orphan.get('why')}; cleanup {status}"
+        if orphan.get("error"):
+            text += f": {orphan['error']}"
+        lines.append(text)
+    for uid, why in (reply.get("pod_dir_failures") or {}).items():
+        lines.append(f"pod dir {uid} stays: {why}")
+    return lines
+
+
+def _pod_name(pod: dict[str, Any]) -> str:
+    if not pod.get("name"):
+        return f"uid {pod.get('uid', '?')} (found on the node)"
+    return f"{pod.get('namespace', '')}/{pod.get('name', '')}"
+
+
 def print_pods(reply: dict[str, Any]) -> None:
     """Pods, one row per pod-volume."""
     rows: list[list[str]] = []
     for pod in reply.get("items", []):
-        name = f"{pod.get('namespace', '')}/{pod.get('name', '')}"
+        name = _pod_name(pod)
         volumes = pod.get("volumes") or []
         if not volumes:
             rows.append([name, pod.get("phase", ""), "", "", "", "", ""])
@@ -219,6 +263,12 @@ def print_pods(reply: dict[str, Any]) -> None:
         ["POD", "PHASE", "VOLUME", "STATE", "LAST OP", "LAST ERROR", "NEXT RETRY"],
         rows,
     )
+    for pod in reply.get("items", []):
+        for vol in pod.get("volumes") or []:
+            if vol.get("state") == "Uncertain" and vol.get("reason"):
+                print_line(f"{_pod_name(pod)} {vol.get('name')} is Uncertain: {vol['reason']}")
+    for line in recovery_lines(reply):
+        print_line(line)
 
 
 def print_volumes(reply: dict[str, Any]) -> None:
@@ -242,6 +292,11 @@ def print_volumes(reply: dict[str, Any]) -> None:
         ["VOLUME", "STATE", "PLUGIN", "SIZE", "HOLDERS", "LAST OP", "LAST ERROR", "NEXT RETRY"],
         rows,
     )
+    for vol in reply.get("items", []):
+        if vol.get("state") == "Uncertain" and vol.get("reason"):
+            print_line(f"{vol.get('volume_id')} is Uncertain: {vol['reason']}")
+    for line in recovery_lines(reply):
+        print_line(line)
 
 
 # ----------------------------------------------------------------- commands
@@ -256,6 +311,15 @@ def apply(
             help="YAML or JSON file, directory (*.yaml, *.yml, *.json) or - for stdin. Repeatable.",
         ),
     ],
+    complete: Annotated[
+        bool,
+        typer.Option(
+            "--complete",
+            help="These objects are the node's whole desired state: delete the pods they do "
+            "not name, then let unmounts start (after a restart nothing is unmounted until "
+            "this, or the service's --desired-grace).",
+        ),
+    ] = False,
     output: OutputOpt = Output.table,
     nats: NatsOpt = None,
     node: NodeOpt = None,
@@ -276,19 +340,20 @@ def apply(
             objects.extend(load_objects(source))
         except LoadError as exc:
             fail(str(exc))
-    if not objects:
+    if not objects and not complete:
         fail(f"no objects in {', '.join(filename)}")
-    target = _target(
-        nats, node, data_dir, nats_user, nats_password, nats_token, nats_creds,
-        nats_tls_ca, nats_tls_cert, nats_tls_key,
-    )  # fmt: skip
-    reply = _run(target, request_timeout, lambda c: c.request("apply", {"objects": objects}))
+    opts = ServiceOptions.of(locals())
+    reply = _call(opts, lambda c: c.apply(objects, complete=complete))
     if output is Output.json:
         print_json(reply)
         return
     for result in reply.get("results", []):
         where = f"{result['namespace']}/{result['name']}" if result["namespace"] else result["name"]
         print_line(f"{str(result['kind']).lower()}/{where} {result['action']}")
+    for pod in reply.get("deleted", []):
+        print_line(f"pod/{pod['namespace']}/{pod['name']} deleted (not in the desired state)")
+    if reply.get("desired_complete"):
+        print_line("desired state complete: volumes no pod wants may now be unmounted")
 
 
 delete_app = typer.Typer(help="Remove objects from the node's desired state.", no_args_is_help=True)
@@ -322,11 +387,7 @@ def delete_pod(
         assert pod is not None
         namespace, name = _split_name(pod)
         body, shown = {"namespace": namespace, "name": name}, f"{namespace}/{name}"
-    target = _target(
-        nats, node, data_dir, nats_user, nats_password, nats_token, nats_creds,
-        nats_tls_ca, nats_tls_cert, nats_tls_key,
-    )  # fmt: skip
-    _run(target, request_timeout, lambda c: c.request("delete", body))
+    _call(ServiceOptions.of(locals()), lambda c: c.request("delete", body))
     print_line(f"pod/{shown} deleted")
 
 
@@ -365,11 +426,7 @@ def get(
     key = _WHAT_ALIASES.get(what.lower(), what.lower())
     if key not in (What.pods, What.volumes):
         raise typer.BadParameter(f"{what!r}: expected pods or volumes", param_hint="WHAT")
-    target = _target(
-        nats, node, data_dir, nats_user, nats_password, nats_token, nats_creds,
-        nats_tls_ca, nats_tls_cert, nats_tls_key,
-    )  # fmt: skip
-    reply = _run(target, request_timeout, lambda c: c.request("get", {"what": key}))
+    reply = _call(ServiceOptions.of(locals()), lambda c: c.request("get", {"what": key}))
     if output is Output.json:
         print_json(reply)
     elif key == What.pods:
@@ -450,10 +507,7 @@ def wait_pod(
 ) -> None:
     """Wait until a pod's volumes are all mounted, or all unmounted (polls `get`)."""
     namespace, name = _split_name(pod)
-    target = _target(
-        nats, node, data_dir, nats_user, nats_password, nats_token, nats_creds,
-        nats_tls_ca, nats_tls_cert, nats_tls_key,
-    )  # fmt: skip
+    opts = ServiceOptions.of(locals())
     query = {"what": "pods", "namespace": namespace, "name": name}
 
     async def poll(client: ServiceClient) -> tuple[bool, list[dict[str, Any]]]:
@@ -468,7 +522,7 @@ def wait_pod(
                 return False, items
             await asyncio.sleep(min(POLL_INTERVAL_S, max(0.0, deadline - loop.time())))
 
-    done, items = _run(target, request_timeout, poll)
+    done, items = _call(opts, poll)
     if not done:
         _failed(
             f"pod {namespace}/{name} not {for_.value} after {timeout:g}s: "

@@ -100,6 +100,14 @@ def serve(
         float | None,
         _opt("On SIGTERM: seconds for running operations and the flush. Default 10.", PANEL_ENGINE),
     ] = None,
+    desired_grace: Annotated[
+        float | None,
+        _opt(
+            "Seconds after start before unmounts may start unless told earlier with "
+            "`volfsm apply --complete`. Default 30; 0: at once.",
+            PANEL_ENGINE,
+        ),
+    ] = None,
     http: Annotated[
         str | None, _opt("HOST:PORT for /metrics, /healthz, /readyz. Default: off.")
     ] = None,
@@ -137,6 +145,7 @@ def serve(
         "backoff_max": backoff_max,
         "reconcile_period": reconcile_period,
         "drain_grace": drain_grace,
+        "desired_grace": desired_grace,
         "http": http,
         "log_level": log_level,
     }

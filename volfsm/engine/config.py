@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from volfsm.engine.snapshot import SnapshotPolicy
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,16 @@ class EngineConfig:
     desired_complete: bool = True
     """Whether the desired state is known complete at start (kubelet's readyToUnmount).
 
-    While False nothing is unmounted, unstaged or detached; mounts still run.
-    `VolumeEngine.set_desired_complete()` flips it.
+    While False nothing is unmounted, unstaged or detached, no pod dir or
+    orphan is removed; mounts still run. `VolumeEngine.set_desired_complete()`
+    flips it, and so does `desired_grace` running out.
     """
+
+    desired_grace: float | None = None
+    """Seconds after start after which the desired state counts as complete even if
+    nobody said so; None waits until told. Only matters while `desired_complete` is
+    False (`volfsm serve` starts that way, with a 30 s grace by default).
+    """
+
+    snapshots: SnapshotPolicy = field(default_factory=SnapshotPolicy)
+    """When engine-state snapshots are written and whether start uses them."""

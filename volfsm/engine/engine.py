@@ -6,7 +6,7 @@ reconciler and the operation executor. Its API is what the service (NATS
 command intake, CLI) calls:
 
     engine = VolumeEngine(log, root_dir, plugins, EngineConfig())
-    await engine.start()                      # fold the log, then reconcile
+    await engine.start()                      # fold the log, reconstruct, reconcile
     result = await engine.apply(objects)      # PV / PVC / Pod dicts
     await engine.wait_pod(uid, for_="mounted", timeout=30)
     await engine.delete_pod(namespace="default", name="web")
@@ -16,6 +16,12 @@ command intake, CLI) calls:
 Every change of desired state is recorded as desired-state events before
 the engine acts on it, and every operation records its start and outcome,
 so a replay of the log shows what the engine wanted, did and saw.
+
+At start, after the fold, reconstruction (`volfsm.engine.reconstruct`)
+checks the log's beliefs against the node once before the first reconcile
+pass: operations the process died in, mounts that vanished and entries the
+log does not know become Uncertain with their reasons; what cannot be
+reconstructed is cleaned up once the desired state is complete.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from events.log import EventLog
-from events.tables import MOUNTED, UNMOUNTED
+from events.tables import DETACHED, MOUNTED, UNMOUNTED
 from events.types import (
     Envelope,
     PodAdded,
@@ -40,6 +46,7 @@ from events.types import (
 from projections.asw import Asw, OperationRecord
 from volfsm.desired.dsw import DesiredChange, DesiredStateOfWorld
 from volfsm.desired.plan import ApplyResult as ObjectResult
+from volfsm.desired.plan import flatten
 from volfsm.engine.config import EngineConfig
 from volfsm.engine.executor import Operation, OperationExecutor
 from volfsm.engine.index import EngineIndex
@@ -52,6 +59,8 @@ from volfsm.engine.operations import (
 )
 from volfsm.engine.pending import BackoffPolicy, NestedPendingOperations
 from volfsm.engine.reconciler import Reconciler
+from volfsm.engine.reconstruct import ReconstructionReport, Reconstructor
+from volfsm.engine.snapshot import EngineSnapshots
 from volfsm.engine.status import (
     PodStatus,
     PodVolumeStatus,
@@ -114,12 +123,25 @@ def _explain(status: PodStatus | None, for_: str) -> str:
     return "; ".join(parts) or "waiting"
 
 
+def _pod_uids(objects: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The uids of the Pods among (validated) objects, `kind: List` items included."""
+    uids: set[str] = set()
+    for _, raw in flatten(objects):
+        if isinstance(raw, Mapping) and raw.get("kind") == "Pod":
+            meta = raw.get("metadata")
+            if isinstance(meta, Mapping) and isinstance(meta.get("uid"), str):
+                uids.add(meta["uid"])
+    return uids
+
+
 @dataclass(frozen=True)
 class ApplyResult:
     """What an apply did: a line per object, and the desired-state events it recorded."""
 
     objects: tuple[ObjectResult, ...] = ()
     events: tuple[Envelope, ...] = ()
+    deleted: tuple[tuple[str, str, str], ...] = ()
+    """(uid, namespace, name) of the pods an apply with `complete` removed."""
 
     @property
     def changed(self) -> bool:
@@ -183,6 +205,17 @@ class VolumeEngine:
             layout=self.layout,
             config=cfg,
         )
+        self.reconstructor = Reconstructor(
+            log=log,
+            handler=self.handler,
+            asw=self.asw,
+            dsw=self.dsw,
+            index=self.index,
+            ops=self.generator,
+            layout=self.layout,
+            registry=self.reconciler,
+        )
+        self.reconciler.orphan_cleanup = self.reconstructor.start_orphan_cleanup
         self._waiters: dict[str, list[_Waiter]] = {}
         self._change_lock = asyncio.Lock()
         self._loop_task: asyncio.Task[None] | None = None
@@ -192,7 +225,7 @@ class VolumeEngine:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Fold the log into ASW, DSW and index, then start reconciling."""
+        """Fold the log into ASW, DSW and index, reconstruct, then start reconciling."""
         if self._running or self._stopped:
             raise EngineNotRunningError("an engine starts once")
         await asyncio.to_thread(self._fold_log)
@@ -200,25 +233,21 @@ class VolumeEngine:
             self.reconciler.queue_pod_cleanup(uid)
         self._restore_failures()
         self.handler.subscribe(self._on_envelopes)
+        self.snapshots.attach(self.handler)  # after the engine's listener: sees applied state
+        await self.reconstructor.run()  # its marks reach ASW and index through the listener
         self._running = True
         self.reconciler.mark_all_dirty()
-        self._loop_task = asyncio.get_running_loop().create_task(
-            self.reconciler.run(), name="volfsm-reconciler"
-        )
+        loop = asyncio.get_running_loop()
+        self.reconciler.start_grace(loop)
+        self._loop_task = loop.create_task(self.reconciler.run(), name="volfsm-reconciler")
 
     def _fold_log(self) -> None:
-        asw_apply, dsw_observe, index_apply = self.asw.apply, self.dsw.observe, self.index.apply
-
-        def fold_one(env: Envelope) -> None:
-            asw_apply(env)
-            kind = type(env.body).KIND
-            if kind == "desired":
-                index_apply(env)
-                dsw_observe(env)
-            elif kind == "podvol" or env.type == "DeviceDetached":
-                index_apply(env)
-
-        self.log.replay(fold_one)
+        """Rebuild ASW, DSW and index: newest good snapshot + the events after it (see
+        `volfsm.engine.snapshot`); `self.snapshots.summary` says what was used."""
+        self.snapshots = EngineSnapshots(
+            self.log, self.asw, self.dsw, self.index, self.config.snapshots
+        )
+        self.snapshots.restore()
 
     def _restore_failures(self) -> None:
         """Carry backoffs and final expansion errors over a restart, from the log.
@@ -276,6 +305,8 @@ class VolumeEngine:
             await asyncio.gather(self._loop_task, return_exceptions=True)
         await self.executor.drain(grace_s)
         await self.reconciler.wait_cleanup()
+        await self.reconstructor.wait()
+        await self.snapshots.stop()  # the final state, so that the next start replays nothing
         for waiters in self._waiters.values():
             for waiter in waiters:
                 if not waiter.future.done():
@@ -302,19 +333,42 @@ class VolumeEngine:
 
     # -------------------------------------------------------- desired state
 
-    async def apply(self, objects: Sequence[Mapping[str, Any]]) -> ApplyResult:
+    async def apply(
+        self, objects: Sequence[Mapping[str, Any]], *, complete: bool = False
+    ) -> ApplyResult:
         """Validate and apply PV / PVC / Pod objects: all or nothing.
 
         Raises `InvalidObjectError` (nothing recorded). Otherwise the
         desired-state events are recorded (durably) before this returns,
         and the reconciler is woken.
+
+        With `complete` the objects are the node's whole desired state: the
+        pods they do not name are removed (in the same group commit, listed
+        in `ApplyResult.deleted`), then the desired state is declared
+        complete, so unmounts of what no pod wants may start. PVs and PVCs
+        not named stay remembered (they mount nothing by themselves).
         """
         self._require_running()
         async with self._change_lock:
             plan = self.dsw.plan_apply(objects)
-            envs = await self._record(plan.changes)
+            changes = list(plan.changes)
+            deleted: list[PodAdded] = []
+            if complete:
+                named = _pod_uids(objects)
+                removed = {c.body.pod_uid for c in changes if isinstance(c.body, PodRemoved)}
+                for uid, pod in list(self.dsw.pods.items()):
+                    if uid not in named and uid not in removed:
+                        changes.extend(self.dsw.plan_delete_pod(uid=uid))
+                        deleted.append(pod)
+            envs = await self._record(changes)
             self.dsw.commit_objects(plan)
-        return ApplyResult(objects=tuple(plan.results), events=tuple(envs))
+        if complete:
+            self.set_desired_complete("told: apply --complete")
+        return ApplyResult(
+            objects=tuple(plan.results),
+            events=tuple(envs),
+            deleted=tuple((p.pod_uid, p.namespace, p.name) for p in deleted),
+        )
 
     async def delete_pod(
         self, uid: str | None = None, namespace: str | None = None, name: str | None = None
@@ -343,9 +397,32 @@ class VolumeEngine:
         )
         return [env for envs in results for env in envs]
 
-    def set_desired_complete(self) -> None:
+    def set_desired_complete(self, reason: str = "told") -> None:
         """Declare the desired state complete: unmounts, unstages and detaches may start."""
-        self.reconciler.set_desired_complete()
+        self.reconciler.set_desired_complete(reason)
+
+    @property
+    def desired_complete(self) -> bool:
+        """Whether unmounts may start (told, or the grace period passed)."""
+        return self.reconciler.desired_complete
+
+    @property
+    def reconstruction(self) -> ReconstructionReport | None:
+        """What reconstruction found and did; None until it is done."""
+        return self.reconstructor.report
+
+    def recovery_status(self) -> dict[str, Any]:
+        """Reconstruction, orphans, stuck pod dirs and the desired-state gate, as plain data."""
+        report = self.reconstruction
+        reconciler = self.reconciler
+        left = reconciler.grace_left() if self._running else None
+        return {
+            "reconstruction": report.as_dict() if report is not None else None,
+            "desired_complete": reconciler.desired_complete,
+            "desired_complete_reason": reconciler.complete_reason,
+            "desired_grace_left_s": round(left, 3) if left is not None else None,
+            "pod_dir_failures": dict(reconciler.pod_dir_failures),
+        }
 
     def remount(self, uid: str) -> int:
         """Ask for SetUp again on each Mounted volume of a desired pod (kubelet remountRequired).
@@ -556,8 +633,16 @@ class VolumeEngine:
         )
 
     def volumes(self) -> list[VolumeStatus]:
-        """Every volume on the node or wanted by a pod."""
-        vids = dict.fromkeys(self.asw.devices)
+        """Every volume on the node or wanted by a pod.
+
+        A record with only operation records and no device (a plugin-dir orphan's
+        cleanup, `device/orphan:<path>`) is listed only while its last attempt failed.
+        """
+        vids = dict.fromkeys(
+            vid
+            for vid, dev in self.asw.devices.items()
+            if dev.state != DETACHED or dev.last_error is not None
+        )
         vids.update(dict.fromkeys(dv.volume_id for _, dv in self.dsw.volumes_to_mount()))
         vids.update(dict.fromkeys(self.index.holders))
         return [status for vid in vids if (status := self.volume(vid)) is not None]

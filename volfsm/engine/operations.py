@@ -16,7 +16,9 @@ Kubelet's operation generator, with the error rules of reference §1.3:
 Operations and their keys (reference §3): mount and map lock the whole
 volume when the plugin is attachable or device-mountable, else only the
 pod; unmount and unmap lock the pod; unmount device, unmap device, online
-expansion and mark-detached lock the whole volume.
+expansion and mark-detached lock the whole volume. `adopt` (hand a
+reconstructed pod-volume over to the name its desired pod uses; no plugin
+call) locks the whole volume too.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from events.streams import device_stream, podvol_stream
-from events.tables import ATTACHED, DETACHED, GLOBALLY_MOUNTED, UNCERTAIN, UNMOUNTED
+from events.tables import ATTACHED, DETACHED, GLOBALLY_MOUNTED, MOUNTED, UNCERTAIN, UNMOUNTED
 from events.types import (
     Body,
     DesiredVolume,
@@ -46,7 +48,7 @@ from events.types import (
     VolumeUnmounted,
 )
 from projections.asw import Asw
-from volfsm import blockmap, mounts
+from volfsm import blockmap, faultpoints, mounts
 from volfsm.engine.executor import Operation, OperationExecutor
 from volfsm.engine.pending import EMPTY_POD
 from volfsm.errors import IllegalTransitionError, VolfsmError
@@ -62,6 +64,7 @@ UNMOUNT_DEVICE = "unmount_device"
 UNMAP_DEVICE = "unmap_device"
 EXPAND_VOLUME = "volume_fs_resize"
 MARK_DETACHED = "mark_detached"
+ADOPT_RECONSTRUCTED = "adopt_reconstructed"
 
 SUBPATHS_DIR = "volume-subpaths"
 
@@ -258,6 +261,76 @@ class OperationGenerator:
             body=lambda: self._mark_detached(volume_id),
         )
 
+    # ------------------------------------------------- reconstructed entries
+
+    def adopt(self, pod_uid: str, found_name: str, dv: DesiredVolume) -> Operation:
+        """Hand a reconstructed pod-volume over to the name the desired pod gives it.
+
+        Reconstruction names a CSI PV volume found in a pod dir by its dir
+        (the PV name: kubelet's outerVolumeSpecName problem, #103143). When
+        the pod is applied again and calls the volume `dv.name`, the same
+        mount must not be unmounted as "no longer desired" under the old
+        name: the entry moves (new name Uncertain, reconstructed; old name
+        Unmounted, saying why), then the usual remount makes it Mounted.
+        No plugin is called. Keyed on the whole volume, like its mount.
+        """
+        return Operation(
+            name=ADOPT_RECONSTRUCTED,
+            volume_id=dv.volume_id,
+            pod_key=EMPTY_POD,
+            stream=podvol_stream(pod_uid, dv.name),
+            pod_uid=pod_uid,
+            plugin=dv.source.plugin,
+            reason=f"found on the node as {found_name!r}; the pod calls it {dv.name!r}",
+            body=lambda: self._adopt(pod_uid, found_name, dv),
+        )
+
+    async def _adopt(self, pod_uid: str, found_name: str, dv: DesiredVolume) -> None:
+        old = self.asw.podvols.get((pod_uid, found_name))
+        if old is None or old.state not in (MOUNTED, UNCERTAIN):
+            return
+        if self._podvol_state(pod_uid, dv.name) == UNMOUNTED:
+            reason = (
+                f"reconstructed: found on the node as {found_name!r} (its directory name);"
+                f" the pod calls it {dv.name!r}"
+            )
+            body = VolumeMountUncertain(
+                volume_id=dv.volume_id,
+                pod_uid=pod_uid,
+                volume_name=dv.name,
+                reason=reason,
+                reconstructed=True,
+            )
+            await self._fire_podvol(pod_uid, dv.name, "mark_uncertain", body)
+        handed = VolumeUnmounted(
+            volume_id=old.volume_id or dv.volume_id,
+            pod_uid=pod_uid,
+            volume_name=found_name,
+            reason=f"the same mount is the pod's volume {dv.name!r}: handed over to it",
+        )
+        await self._fire_podvol(pod_uid, found_name, "unmount", handed)
+
+    def request_paths(
+        self, dv: DesiredVolume, pod_uid: str = ""
+    ) -> tuple[Path | None, Path | None] | None:
+        """(device mount path, pod mount path) the plugin gives `dv`; None if it can't say."""
+        plugin = self.find_plugin(dv.source)
+        if isinstance(plugin, PluginError):
+            return None
+        try:
+            req = self._request(dv, plugin, pod_uid)
+        except PluginError:
+            return None
+        return req.device_mount_path, req.mount_path
+
+    async def fire_device(self, volume_id: str, trigger: str, body: Body) -> None:
+        """Fire a device transition (reconstruction's marks), primed from the ASW."""
+        await self._fire_device(volume_id, trigger, body)
+
+    async def fire_podvol(self, pod_uid: str, name: str, trigger: str, body: Body) -> None:
+        """Fire a pod-volume transition (reconstruction's marks), primed from the ASW."""
+        await self._fire_podvol(pod_uid, name, trigger, body)
+
     # -------------------------------------------------------------- helpers
 
     def _device_state(self, volume_id: str) -> str:
@@ -281,6 +354,7 @@ class OperationGenerator:
         else:
             self.handler.prime(stream, DETACHED, self.holders.detached_version(volume_id))
         await self.handler.fire_async(stream, trigger, body)
+        faultpoints.hit("append.after", type(body).__name__)
 
     async def _fire_podvol(self, pod_uid: str, name: str, trigger: str, body: Body) -> None:
         stream = podvol_stream(pod_uid, name)
@@ -290,6 +364,7 @@ class OperationGenerator:
         else:
             self.handler.prime(stream, UNMOUNTED, 0)
         await self.handler.fire_async(stream, trigger, body)
+        faultpoints.hit("append.after", type(body).__name__)
 
     def _checked(self, path: Path | None, what: str, *, link: bool = False) -> Path | None:
         """`path` if it lies inside the root with no symlink on the way (see `confined`)."""
@@ -735,6 +810,7 @@ def _other_mount_refs(device_mount_path: Path) -> list[str]:
 
 
 __all__ = [
+    "ADOPT_RECONSTRUCTED",
     "EXPAND_VOLUME",
     "MAP_VOLUME",
     "MARK_DETACHED",

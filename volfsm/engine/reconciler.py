@@ -9,10 +9,21 @@ operation keys are per volume):
    for attach itself), and expand online what pods want bigger;
 3. unstage / unmap devices no pod holds, no pod wants, and nothing is
    running on; mark the rest detached;
-4. once: orphan cleanup (a hook for reconstruction, issue 6); and removal
-   of the directories of deleted pods whose volumes are all gone.
+4. once: orphan cleanup (`Reconstructor.start_orphan_cleanup`); and
+   removal of the directories of deleted pods whose volumes are all gone.
 
-Phases 1, 3 and 4 wait for `desired_complete` (kubelet's readyToUnmount).
+Phases 1, 3 and 4 wait for `desired_complete` (kubelet's readyToUnmount):
+until the desired state is known complete - the engine is told, or
+`EngineConfig.desired_grace` seconds pass after the loop starts - nothing
+is unmounted, unstaged, detached or removed; mounts run from the start.
+
+Entries reconstruction found on the node have no spec in the log; their
+specs (rebuilt from the node) are in `reconstructed` and
+`reconstructed_devices`. A reconstructed CSI pod-volume is named by its
+directory (the PV name); when a desired pod calls the same volume by
+another name, phase 2 hands the entry over (`OperationGenerator.adopt`)
+and phase 1 leaves the old name alone, so the mount the pod uses is never
+unmounted as "not desired".
 
 Unlike the kubelet, which walks every volume every 100 ms, a pass looks
 only at "dirty" volumes: ones whose desired state changed or whose
@@ -35,7 +46,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from events.tables import ATTACHED, GLOBALLY_MOUNTED, MOUNTED, UNCERTAIN
+from events.tables import ATTACHED, GLOBALLY_MOUNTED, MOUNTED, UNCERTAIN, UNMOUNTED
 from events.types import DesiredVolume, PodAdded
 from projections.asw import Asw
 from volfsm.engine.config import EngineConfig
@@ -111,6 +122,17 @@ class Reconciler:
         self.layout = layout
         self.config = config
         self.desired_complete = config.desired_complete
+        self.complete_reason = "complete at start" if config.desired_complete else ""
+        """How the desired state became complete ("" while it is not)."""
+        self.grace_deadline: float | None = None
+        """Loop time when the grace period ends (set when the loop starts, if it applies)."""
+        self._grace: asyncio.TimerHandle | None = None
+        self.reconstructed: dict[tuple[str, str], DesiredVolume] = {}
+        """Specs of pod-volumes reconstruction rebuilt from the node (the log has none)."""
+        self.reconstructed_devices: dict[str, DesiredVolume] = {}
+        """Specs of devices reconstruction rebuilt from the node."""
+        self.pod_dir_failures: dict[str, str] = {}
+        """uid -> why the pod's dir could not be removed (until it is)."""
         self.remount_required: set[tuple[str, str]] = set()
         self.expand_failed: dict[str, int] = {}
         """volume_id -> the size whose online expansion failed with a final error."""
@@ -170,7 +192,7 @@ class Reconciler:
                     need.add(vid)
         need.update(vid for vid in self.index.removed_volumes if vid not in self.asw.devices)
         for uid, name in self.remount_required:
-            spec = self.index.spec_of(uid, name)
+            spec = self.spec_of(uid, name)
             if spec is not None:
                 need.add(spec.volume_id)
         return need
@@ -183,12 +205,76 @@ class Reconciler:
         """The pod is gone from the desired state and holds nothing: remove its dir."""
         self._pods_to_clean[uid] = None
 
-    def set_desired_complete(self) -> None:
+    def set_desired_complete(self, reason: str = "told") -> None:
         """The desired state is complete: unmounts may start (readyToUnmount)."""
         if not self.desired_complete:
             self.desired_complete = True
+            self.complete_reason = reason
+            if self._grace is not None:
+                self._grace.cancel()
+            log.info("desired state complete (%s): unmounts may start", reason)
             self.mark_all_dirty()
             self.wake()
+
+    def start_grace(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the grace period (if one applies and it did not start yet)."""
+        grace = self.config.desired_grace
+        if self.desired_complete or grace is None or self._grace is not None:
+            return
+        self.grace_deadline = loop.time() + grace
+        self._grace = loop.call_later(grace, self._grace_over, grace)
+
+    def _grace_over(self, grace: float) -> None:
+        if not self.desired_complete:
+            log.warning(
+                "nobody said the desired state is complete within %gs of start: taking it"
+                " as complete; volumes no pod wants may now be unmounted",
+                grace,
+            )
+            self.set_desired_complete(f"grace period of {grace:g}s after start passed")
+
+    def grace_left(self) -> float | None:
+        """Seconds until the grace period ends (None if none runs)."""
+        if self.desired_complete or self.grace_deadline is None:
+            return None
+        return max(0.0, self.grace_deadline - asyncio.get_running_loop().time())
+
+    # ------------------------------------------------------ reconstructed specs
+
+    def spec_of(self, uid: str, name: str) -> DesiredVolume | None:
+        """A pod-volume's spec: from the log (index), else as reconstruction rebuilt it."""
+        spec = self.index.spec_of(uid, name)
+        if spec is None and self.reconstructed:
+            return self.reconstructed.get((uid, name))
+        return spec
+
+    def volume_spec(self, volume_id: str) -> DesiredVolume | None:
+        """A volume's spec: from the log (index), else as reconstruction rebuilt it."""
+        spec = self.index.volume_spec(volume_id)
+        if spec is None and self.reconstructed_devices:
+            return self.reconstructed_devices.get(volume_id)
+        return spec
+
+    def _alias_of(self, uid: str, dv: DesiredVolume) -> str | None:
+        """The name of a reconstructed entry that is `dv` of pod `uid` under another name."""
+        for held_uid, name in self.index.holders.get(dv.volume_id, ()):
+            if (
+                held_uid == uid
+                and name != dv.name
+                and (uid, name) in self.reconstructed
+                and not self.dsw.is_desired(uid, name)
+            ):
+                return name
+        return None
+
+    def _wanted_elsewhere(self, uid: str, name: str, vid: str) -> bool:
+        """Whether a reconstructed (uid, name) is the desired pod's volume `vid` by another name."""
+        if (uid, name) not in self.reconstructed:
+            return False
+        pod = self.dsw.pods.get(uid)
+        return pod is not None and any(
+            dv.volume_id == vid and dv.name != name for dv in pod.volumes
+        )
 
     @property
     def dirty(self) -> int:
@@ -254,7 +340,9 @@ class Reconciler:
         for uid, name in list(held):
             if is_desired(uid, name):
                 continue
-            dv = self.index.spec_of(uid, name)
+            if self.reconstructed and self._wanted_elsewhere(uid, name, vid):
+                continue  # phase 2 hands it over to the name the pod uses
+            dv = self.spec_of(uid, name)
             if dv is None:
                 log.warning("cannot unmount %s of pod %s: its spec is unknown", name, uid)
                 continue
@@ -272,6 +360,11 @@ class Reconciler:
             if dv is None:
                 continue
             pv = podvols.get((uid, dv.name))
+            if self.reconstructed and (pv is None or pv.state == UNMOUNTED):
+                found = self._alias_of(uid, dv)
+                if found is not None:
+                    self._start(self.ops.adopt(uid, found, dv), vid)
+                    continue
             if pv is None or pv.state != MOUNTED:
                 reason = REASON_REMOUNT_UNCERTAIN if pv and pv.state == UNCERTAIN else REASON_MOUNT
             elif remounts and (uid, dv.name) in remounts:
@@ -320,7 +413,7 @@ class Reconciler:
             return
         state = dev.state
         if state in (GLOBALLY_MOUNTED, UNCERTAIN):
-            dv = self.index.volume_spec(vid)
+            dv = self.volume_spec(vid)
             if dv is None:
                 log.warning("cannot unstage %s: its spec is unknown", vid)
                 return
@@ -356,15 +449,19 @@ class Reconciler:
         return any(self.pending.is_operation_pending(dv.volume_id, uid) for dv in pod.volumes)
 
     def pod_holds_any(self, uid: str) -> bool:
-        """Whether any of the pod's volumes is Mounted or Uncertain."""
-        pod = self.index.pod_spec(uid)
-        if pod is None:
-            return False
+        """Whether any of the pod's volumes (reconstructed ones too) is Mounted or Uncertain."""
         podvols = self.asw.podvols
-        for dv in pod.volumes:
+        pod = self.index.pod_spec(uid)
+        for dv in pod.volumes if pod is not None else ():
             pv = podvols.get((uid, dv.name))
             if pv is not None and pv.state in HOLDING:
                 return True
+        if self.reconstructed:
+            for key in self.reconstructed:
+                if key[0] == uid:
+                    pv = podvols.get(key)
+                    if pv is not None and pv.state in HOLDING:
+                        return True
         return False
 
     def _remove_pod_dirs(self, uids: list[str]) -> None:
@@ -372,7 +469,10 @@ class Reconciler:
             try:
                 self.layout.remove_pod_dir(uid)
             except (VolfsmError, OSError) as exc:
+                self.pod_dir_failures[uid] = str(exc)
                 log.warning("orphaned pod %s: its dir stays: %s", uid, exc)
+            else:
+                self.pod_dir_failures.pop(uid, None)
 
     # ------------------------------------------------------------------ loop
 
@@ -384,6 +484,7 @@ class Reconciler:
         next_retry = loop.time() + period
         next_full = loop.time() + full_period
         limit = self.config.max_volumes_per_pass
+        self.start_grace(loop)
         while not self._stopping:
             now = loop.time()
             if now >= next_full:
@@ -410,6 +511,8 @@ class Reconciler:
     def stop(self) -> None:
         """End `run` after its current pass (cancelling its task alone can be lost in 3.11)."""
         self._stopping = True
+        if self._grace is not None:
+            self._grace.cancel()
         self._wake.set()
 
     async def wait_cleanup(self) -> None:

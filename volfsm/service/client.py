@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -193,6 +193,16 @@ class ServiceClient:
                 "PayloadTooLarge", f"NATS refused the request: {exc}"
             ) from None
         return bytes(msg.data)
+
+    async def apply(
+        self, objects: Sequence[Mapping[str, Any]], *, complete: bool = False
+    ) -> dict[str, Any]:
+        """`apply` the objects; with `complete` they are the node's whole desired state
+        (pods not named are deleted, then unmounts may start)."""
+        body: dict[str, Any] = {"objects": list(objects)}
+        if complete:
+            body["complete"] = True
+        return await self.request("apply", body)
 
     async def request(self, verb: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Send one command; the reply's fields (CommandFailedError if it is not ok)."""

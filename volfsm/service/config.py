@@ -79,6 +79,16 @@ class ServeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The stream's duplicate window in seconds."""
     drain_grace: Annotated[float, msgspec.Meta(ge=0)] = 10.0
     """Seconds running operations may take to finish on SIGTERM, and the relay to flush."""
+    desired_grace: Annotated[float, msgspec.Meta(ge=0)] = 30.0
+    """Seconds after start before unmounts may start if nobody ran `apply --complete`.
+
+    The kubelet unmounts nothing until its pod sources are synced (a few
+    seconds after start); volfsm's pods come from whoever drives it, which
+    must reconnect to NATS and re-send them. 30 s covers that on a loaded
+    node, and bounds how long volumes of pods deleted while the service was
+    down (or of entries found on the node when the log was lost) stay
+    mounted when nobody says the desired state is complete. 0: at once.
+    """
     max_command_bytes: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MAX_COMMAND_BYTES
     """Largest command payload accepted; bigger ones get a PayloadTooLarge reply."""
     log_level: str = "INFO"
@@ -219,6 +229,7 @@ class Settings:
     stream_replicas: int
     duplicate_window: float
     drain_grace: float
+    desired_grace: float
     max_command_bytes: int
     log_level: str
 
@@ -375,6 +386,7 @@ def resolve(layered: Layered) -> Settings:
         stream_replicas=cfg.stream_replicas,
         duplicate_window=cfg.duplicate_window,
         drain_grace=cfg.drain_grace,
+        desired_grace=cfg.desired_grace,
         max_command_bytes=cfg.max_command_bytes,
         log_level=level,
     )

@@ -3,7 +3,10 @@
 Verbs and their request bodies (decoded with msgspec; unknown fields are
 refused):
 
-* `apply`  `{"objects": [<PersistentVolume|PersistentVolumeClaim|Pod>, ...]}`
+* `apply`  `{"objects": [<PersistentVolume|PersistentVolumeClaim|Pod>, ...]}`;
+  with `"complete": true` the objects are the node's whole desired state:
+  pods not among them are deleted (in the same commit) and the desired
+  state is declared complete, so unmounts may start (`apply --complete`)
 * `delete` `{"uid": "..."}` or `{"namespace": "...", "name": "..."}`
 * `get`    `{"what": "pods"|"volumes"}`, optionally filtered by `uid` or
   `namespace` + `name` (pods only)
@@ -53,10 +56,15 @@ INTERNAL = "Internal"
 # ------------------------------------------------------------------ schemas
 
 
-class ApplyRequest(msgspec.Struct, forbid_unknown_fields=True):
-    """Body of `apply`: Kubernetes-shaped objects, applied all or nothing."""
+class ApplyRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Body of `apply`: Kubernetes-shaped objects, applied all or nothing.
+
+    `complete`: the objects are all the node should have; pods not named
+    are deleted and the desired state is declared complete.
+    """
 
     objects: list[dict[str, Any]]
+    complete: bool = False
 
 
 class DeleteRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -123,8 +131,10 @@ def ok_reply(fields: Mapping[str, Any]) -> bytes:
 class CommandEngine(Protocol):
     """What commands need of the volume engine (`VolumeEngine` has it)."""
 
-    async def apply(self, objects: Sequence[Mapping[str, Any]]) -> ApplyResult:
-        """Validate and apply objects, all or nothing."""
+    async def apply(
+        self, objects: Sequence[Mapping[str, Any]], *, complete: bool = False
+    ) -> ApplyResult:
+        """Validate and apply objects, all or nothing (`complete`: the whole desired state)."""
 
     async def delete_pod(
         self, uid: str | None = None, namespace: str | None = None, name: str | None = None
@@ -224,7 +234,10 @@ class CommandProcessor:
 
     async def _apply(self, req: ApplyRequest) -> bytes:
         try:
-            result = await self.engine.apply(req.objects)
+            if req.complete:
+                result = await self.engine.apply(req.objects, complete=True)
+            else:
+                result = await self.engine.apply(req.objects)
         except InvalidObjectError as exc:
             raise CommandError(INVALID_OBJECT, str(exc)) from None
         results = [
@@ -232,14 +245,18 @@ class CommandProcessor:
             for r in result.objects
         ]
         last_seq = result.events[-1].seq if result.events else None
-        return ok_reply(
-            {
-                "results": results,
-                "changed": result.changed,
-                "events": len(result.events),
-                "last_seq": last_seq,
-            }
-        )
+        reply: dict[str, Any] = {
+            "results": results,
+            "changed": result.changed,
+            "events": len(result.events),
+            "last_seq": last_seq,
+        }
+        if req.complete:
+            reply["deleted"] = [
+                {"uid": uid, "namespace": ns, "name": name} for uid, ns, name in result.deleted
+            ]
+            reply["desired_complete"] = True
+        return ok_reply(reply)
 
     async def _delete(self, req: DeleteRequest) -> bytes:
         if req.uid is not None:

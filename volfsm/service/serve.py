@@ -14,10 +14,16 @@ Start, in this order:
    before the engine so that a NATS setup the operator must fix (refused
    credentials, an unusable stream) stops the service before it mounts
    anything; NATS merely being unreachable is not fatal (lag);
-6. the engine: fold the log into the ASW and DSW, then reconcile (one call:
-   `VolumeEngine.start()` starts reconciling once the fold is done);
+6. the engine: fold the log into the ASW and DSW, reconstruct (check the
+   log's beliefs against the node: interrupted operations, vanished mounts
+   and what the log does not know become Uncertain with their reasons),
+   then reconcile (one call: `VolumeEngine.start()`). The desired state
+   starts incomplete: nothing is unmounted, unstaged or removed until
+   `volfsm apply --complete` says it is complete or `--desired-grace`
+   seconds (default 30) have passed; mounts run at once;
 7. the command intake, so commands meet a rebuilt ASW;
-8. ready once the first reconcile pass ran (`/readyz`).
+8. ready once reconstruction is done and the first reconcile pass ran
+   (`/readyz`).
 
 SIGTERM / SIGINT drain: stop taking commands, stop the engine (running
 operations get `drain_grace` seconds; what does not finish is recorded as
@@ -196,6 +202,8 @@ class NodeService:
                 backoff_initial=s.backoff_initial,
                 backoff_max=s.backoff_max,
                 operation_timeout=s.csi_timeout,
+                desired_complete=False,
+                desired_grace=s.desired_grace,
             ),
         )
         self.engine = engine
@@ -225,6 +233,16 @@ class NodeService:
             len(engine.dsw.pods),
             engine.asw.last_seq,
         )
+        report = engine.reconstruction
+        if report is not None:
+            self._log.info(
+                "reconstruction done: {} ({} found on the node, {} interrupted operations);"
+                " unmounts wait for `volfsm apply --complete` or {:g}s",
+                report.summary(),
+                report.reconstructed,
+                len(report.interrupted),
+                s.desired_grace,
+            )
         self.processor = CommandProcessor(
             engine,
             s.node,
@@ -328,7 +346,7 @@ class NodeService:
     async def _watch_ready(self) -> None:
         engine = self.engine
         assert engine is not None
-        while engine.reconciler.passes < 1:
+        while engine.reconstruction is None or engine.reconciler.passes < 1:
             await asyncio.sleep(0.01)
         write_atomic(self.settings.data_dir / NATS_URL_FILENAME, self.nats_url + "\n")
         self.ready = True
@@ -397,7 +415,10 @@ class NodeService:
     def status(self) -> dict[str, Any]:
         """Node-wide status added to `get` replies."""
         relay = self.relay
+        engine = self.engine
+        recovery = engine.recovery_status() if engine is not None else {}
         return {
+            **recovery,
             "node": self.settings.node,
             "ready": self.ready,
             "last_seq": self.log.last_seq() if self.log is not None else 0,
@@ -441,11 +462,32 @@ class NodeService:
         return Response(200, "ok\n")
 
     def readyz(self) -> Response:
-        """GET /readyz: ASW rebuilt and the first reconcile pass done (NATS is not a condition)."""
+        """GET /readyz: ASW rebuilt, reconstruction and the first reconcile pass done.
+
+        NATS is not a condition, nor is the desired state being complete
+        (an `[i]` line says whether unmounts may start yet).
+        """
+        engine = self.engine
+        report = engine.reconstruction if engine is not None else None
+        rebuilt = engine is not None and (engine.running or report is not None)
+        if report is None:
+            done = "[-] reconstruction done"
+        elif report.error:
+            done = f"[-] reconstruction failed: {report.error}"
+        else:
+            done = f"[+] reconstruction done ({report.summary()})"
         lines = [
-            f"[{'+' if self.engine is not None and self.engine.running else '-'}] asw rebuilt",
+            f"[{'+' if rebuilt else '-'}] asw rebuilt",
+            done,
             f"[{'+' if self.ready else '-'}] first reconcile done",
         ]
+        if engine is not None and report is not None:
+            if engine.desired_complete:
+                lines.append(f"[i] desired state complete ({engine.reconciler.complete_reason})")
+            else:
+                left = engine.reconciler.grace_left()
+                until = f"; grace ends in {left:.0f}s" if left is not None else ""
+                lines.append(f"[i] desired state not complete: no unmounts yet{until}")
         relay = self.relay
         if relay is not None:
             lines.append(
@@ -455,7 +497,8 @@ class NodeService:
         for name in self.csi_plugins:
             known = name in self.catalog.csi_driver_names()
             lines.append(f"[i] csi driver {name} {'registered' if known else 'not registered'}")
-        ok = self.ready and not self._stop.is_set()
+        failed = report is not None and bool(report.error)
+        ok = self.ready and not self._stop.is_set() and not failed
         if self._stop.is_set():
             lines.append("[-] draining")
         return Response(

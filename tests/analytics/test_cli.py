@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,7 @@ from volfsm.analytics.cli import app
 from volfsm.analytics.store import AnalyticsStore
 
 NOW = "2023-11-14T22:15:00Z"  # T0 + 100 s
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -144,3 +149,57 @@ def test_time_arguments() -> None:
     assert parse_time("2023-11-14T22:13:20") == now  # no offset: UTC
     with pytest.raises(ValueError, match="not a time"):
         parse_time("yesterday")
+
+
+def test_main_cli_runs_the_analytics_commands(db: Path) -> None:
+    from volfsm.cli import app as main_app
+
+    args = ["report", "--db", str(db), "-o", "json", "--now", NOW]
+    alone = CliRunner().invoke(app, args)
+    through_main = CliRunner().invoke(main_app, ["analytics", *args])
+    assert through_main.exit_code == 0, through_main.output
+    assert json.loads(through_main.stdout) == json.loads(alone.stdout)
+    assert json.loads(through_main.stdout)["events"] == 51
+    usage = CliRunner().invoke(main_app, ["analytics", "serve", "--db", str(db)])
+    assert usage.exit_code == 2 and "--nats" in usage.stderr
+
+
+@pytest.mark.parametrize("module", ["volfsm.cli", "volfsm.analytics"])
+def test_both_entry_points_list_the_analytics_commands(module: str) -> None:
+    prefix = ["analytics"] if module == "volfsm.cli" else []
+    done = subprocess.run(
+        [sys.executable, "-m", module, *prefix, "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"},
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for command in ("serve", "report", "export"):
+        assert f" {command} " in done.stdout
+
+
+def test_analytics_does_not_import_the_main_cli() -> None:
+    package = ROOT / "volfsm" / "analytics"
+    imports = {
+        name
+        for path in package.rglob("*.py")
+        for name in imported_modules(path)
+        if name == "volfsm.cli" or name.startswith("volfsm.cli.")
+    }
+    assert imports == set()
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module `path` imports (absolute imports)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names

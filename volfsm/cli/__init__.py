@@ -3,6 +3,10 @@
 One Typer app; each command group lives in its own module with a
 `register(app)` function, listed in `COMMAND_GROUPS`. Adding the service
 commands (serve, apply, get, wait) means adding a module and one entry.
+
+`volfsm analytics ...` is the Typer app of `volfsm.analytics.cli`, added as
+a sub-command group (`register_analytics`); that package never imports
+`volfsm.cli`, so `python -m volfsm.analytics` runs the same commands alone.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from collections.abc import Callable
 
 import typer
 
+from volfsm.analytics import cli as analytics_cli
 from volfsm.cli import (
     demo,
     diagram,
@@ -26,6 +31,12 @@ from volfsm.cli import (
     validate,
 )
 
+
+def register_analytics(app: typer.Typer) -> None:
+    """Add `volfsm analytics serve|report|export` (the aggregator, its report and export)."""
+    app.add_typer(analytics_cli.app, name="analytics")
+
+
 COMMAND_GROUPS: tuple[Callable[[typer.Typer], None], ...] = (
     state.register,
     history.register,
@@ -39,6 +50,7 @@ COMMAND_GROUPS: tuple[Callable[[typer.Typer], None], ...] = (
     replay.register,
     diff.register,
     explain.register,
+    register_analytics,
 )
 
 

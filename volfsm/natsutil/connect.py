@@ -33,6 +33,24 @@ OWNED_OPTIONS = frozenset(
 """`nats.connect` options `connect_once` sets itself."""
 
 
+URL_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
+"""Schemes a NATS server URL may have."""
+
+
+def split_servers(urls: str) -> list[str]:
+    """The server URLs of a comma-separated list (`nats://a:4222,nats://b:4222`).
+
+    Raises ValueError naming the first entry that is empty or has no NATS scheme.
+    """
+    servers = [u.strip() for u in urls.split(",")]
+    for url in servers:
+        if not url.startswith(URL_SCHEMES):
+            raise ValueError(
+                f"NATS URL {url!r} in {urls!r} must start with one of {', '.join(URL_SCHEMES)}"
+            )
+    return servers
+
+
 def is_refusal(exc: BaseException) -> bool:
     """True for errors that mean "you may not connect like this" rather than "try later"."""
     if isinstance(
@@ -66,6 +84,35 @@ async def connect_once(
     owned = OWNED_OPTIONS & options.keys()
     if owned:
         raise ValueError(f"connect_once sets {sorted(owned)} itself")
+    servers = split_servers(url)
+    last: ConnectionError | None = None
+    for server in servers:  # nats-py stops at the first dead server when reconnect is off
+        try:
+            return await _connect_one(
+                server,
+                connect_timeout_s=connect_timeout_s,
+                error_cb=error_cb,
+                disconnected_cb=disconnected_cb,
+                closed_cb=closed_cb,
+                **options,
+            )
+        except ConnectionError as exc:
+            last = exc
+    assert last is not None
+    if len(servers) > 1:
+        raise ConnectionError(f"cannot reach any of {len(servers)} NATS servers: {last}") from last
+    raise last
+
+
+async def _connect_one(
+    url: str,
+    *,
+    connect_timeout_s: float,
+    error_cb: Callable[[Exception], Awaitable[None]],
+    disconnected_cb: Callable[[], Awaitable[None]],
+    closed_cb: Callable[[], Awaitable[None]],
+    **options: Any,
+) -> NATS:
     seen: list[Exception] = []
 
     async def on_error(exc: Exception) -> None:
@@ -93,6 +140,8 @@ async def connect_once(
         if is_refusal(exc):
             raise refused(url, exc) from exc
         raise
+    except OSError as exc:
+        raise ConnectionError(f"cannot reach NATS at {url}: {exc}") from exc
 
 
 def refused(url: str, exc: BaseException) -> NatsAuthError:

@@ -25,7 +25,7 @@ from nats.aio.client import Client as NATS
 
 from events.subjects import SubjectError, check_token, command_subject
 from volfsm.errors import VolfsmError
-from volfsm.natsutil.connect import is_refusal
+from volfsm.natsutil.connect import is_refusal, split_servers
 from volfsm.paths import data_dir as default_data_dir
 from volfsm.service.config import (
     NATS_URL_FILENAME,
@@ -129,7 +129,7 @@ class ServiceClient:
 
         try:
             self._nc = await nats.connect(
-                servers=[url],
+                servers=split_servers(url),
                 allow_reconnect=False,
                 max_reconnect_attempts=1,
                 connect_timeout=min(self.timeout, 5.0),

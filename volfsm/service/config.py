@@ -26,6 +26,7 @@ import msgspec
 
 from events.subjects import SubjectError, check_token
 from volfsm.errors import VolfsmError
+from volfsm.natsutil.connect import split_servers
 from volfsm.paths import DEFAULT_DATA_DIR, LOG_FILENAME
 
 ENV_PREFIX = "VOLFSM_"
@@ -365,6 +366,11 @@ def resolve(layered: Layered) -> Settings:
             raise ConfigError(f"{layered.where('csi')}: driver {drv.name} given twice")
         drivers[drv.name] = drv
     nats_url = cfg.nats.strip() or None
+    if nats_url is not None:
+        try:
+            split_servers(nats_url)
+        except ValueError as exc:
+            raise ConfigError(f"{layered.where('nats')}: {exc}") from None
     opts = nats_options(layered)
     if nats_url is None and opts:
         raise ConfigError(

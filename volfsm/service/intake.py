@@ -39,6 +39,7 @@ from nats.aio.subscription import Subscription
 from events.subjects import PREFIX, command_wildcard
 from volfsm.engine import ApplyResult, EngineNotRunningError, PodStatus, VolumeStatus
 from volfsm.errors import InvalidObjectError
+from volfsm.natsutil.connect import split_servers
 
 VERBS = ("apply", "delete", "get")
 
@@ -349,7 +350,7 @@ class CommandIntake:
         while True:
             try:
                 nc = await nats.connect(
-                    self.url,
+                    servers=split_servers(self.url),
                     name=f"volfsm-{self.node}-commands",
                     allow_reconnect=True,
                     max_reconnect_attempts=-1,

@@ -1,0 +1,59 @@
+"""A comma-separated NATS URL list: the relay, intake and CLI use whichever server answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from volfsm.natsutil.connect import connect_once, split_servers
+from volfsm.natsutil.server import NatsServer, free_port
+from volfsm.service.config import ConfigError, settings_from
+
+
+async def _noop() -> None:
+    return None
+
+
+async def _noop_error(exc: Exception) -> None:
+    return None
+
+
+def test_split_servers_names_the_bad_entry() -> None:
+    assert split_servers("nats://a:1, tls://b:2") == ["nats://a:1", "tls://b:2"]
+    with pytest.raises(ValueError, match=r"'http://b:2'"):
+        split_servers("nats://a:1,http://b:2")
+    with pytest.raises(ValueError, match=r"''"):
+        split_servers("nats://a:1,")
+
+
+def test_serve_refuses_a_bad_server_list(tmp_path: object) -> None:
+    with pytest.raises(ConfigError, match="--nats"):
+        settings_from({"data_dir": str(tmp_path), "nats": "nats://a:1,b:2"}, environ={})
+
+
+async def test_connect_once_skips_a_dead_server(nats_server: NatsServer) -> None:
+    dead = f"nats://127.0.0.1:{free_port()}"
+    nc = await connect_once(
+        f"{dead},{nats_server.url}",
+        connect_timeout_s=1.0,
+        error_cb=_noop_error,
+        disconnected_cb=_noop,
+        closed_cb=_noop,
+    )
+    try:
+        assert nc.is_connected
+        assert nc.connected_url is not None
+        assert nc.connected_url.port == int(nats_server.url.rsplit(":", 1)[1])
+    finally:
+        await nc.close()
+
+
+async def test_connect_once_names_every_dead_server() -> None:
+    urls = ",".join(f"nats://127.0.0.1:{free_port()}" for _ in range(2))
+    with pytest.raises(ConnectionError, match="any of 2 NATS servers"):
+        await connect_once(
+            urls,
+            connect_timeout_s=0.5,
+            error_cb=_noop_error,
+            disconnected_cb=_noop,
+            closed_cb=_noop,
+        )

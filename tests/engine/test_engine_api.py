@@ -43,9 +43,14 @@ async def test_unmounts_wait_until_the_desired_state_is_declared_complete(
     make_engine: EngineFactory, plugin: ScriptedPlugin
 ) -> None:
     config = dataclasses.replace(FAST, desired_complete=False)
-    engine = await make_engine(plugin, config=config)
-    await engine.apply(OBJECTS)
-    await engine.wait_pod("u1", "mounted", timeout=5)  # mounts run before readiness
+    first = await make_engine(plugin, config=config)
+    assert first.desired_complete  # a fresh node (empty log, empty root) has nothing to guard
+    await first.apply(OBJECTS)
+    await first.wait_pod("u1", "mounted", timeout=5)
+    await first.stop()
+    engine = await make_engine(plugin, config=config)  # a restart with history: gated
+    assert not engine.desired_complete
+    assert podvol_state(engine, "u1", "data") == "Mounted"
     await engine.delete_pod(uid="u1")
     passes = engine.reconciler.passes
     await eventually(lambda: engine.reconciler.passes > passes + 5, "more passes")

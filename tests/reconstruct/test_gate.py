@@ -105,3 +105,19 @@ async def test_a_bad_apply_complete_changes_nothing(node: Node) -> None:
     assert engine.asw.last_seq == before
     assert not engine.desired_complete
     assert "u2" in engine.dsw.pods
+
+
+async def test_a_fresh_node_needs_no_gate_but_a_restarted_one_keeps_it(node: Node) -> None:
+    first = await node.start(GATED)
+    assert first.desired_complete  # empty log, empty root dir: nothing to protect
+    assert first.recovery_status()["desired_complete_reason"].startswith("fresh node")
+    await first.apply([mem_pod("u1")])
+    await first.wait_pod("u1", "mounted", timeout=30)
+    await first.delete_pod(uid="u1")
+    await first.wait_pod("u1", "unmounted", timeout=30)
+    await first.apply([mem_pod("u2")])
+    await first.wait_pod("u2", "mounted", timeout=30)
+    await node.stop(check=True)
+
+    second = await node.start(GATED)
+    assert not second.desired_complete  # the log has history: wait to be told

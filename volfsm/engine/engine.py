@@ -234,12 +234,29 @@ class VolumeEngine:
         self._restore_failures()
         self.handler.subscribe(self._on_envelopes)
         self.snapshots.attach(self.handler)  # after the engine's listener: sees applied state
+        fresh = self.asw.last_seq == 0
         await self.reconstructor.run()  # its marks reach ASW and index through the listener
+        if fresh and not self.reconciler.desired_complete and self._node_was_empty():
+            # Nothing was ever mounted here by anyone: there is nothing a late
+            # desired state could still claim, so waiting would only delay deletes.
+            self.reconciler.set_desired_complete("fresh node: empty log, nothing found on it")
         self._running = True
         self.reconciler.mark_all_dirty()
         loop = asyncio.get_running_loop()
         self.reconciler.start_grace(loop)
         self._loop_task = loop.create_task(self.reconciler.run(), name="volfsm-reconciler")
+
+    def _node_was_empty(self) -> bool:
+        """Reconstruction ran cleanly and found nothing on the node."""
+        report = self.reconstruction
+        return (
+            report is not None
+            and not report.error
+            and not report.uncertain
+            and not report.orphans
+            and not report.interrupted
+            and report.reconstructed == 0
+        )
 
     def _fold_log(self) -> None:
         """Rebuild ASW, DSW and index: newest good snapshot + the events after it (see

@@ -324,6 +324,7 @@ class CommandIntake:
         self._sub: Subscription | None = None
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
+        self._closing = False
         self._log = logger.bind(component="commands")
 
     @property
@@ -376,6 +377,9 @@ class CommandIntake:
         self._log.warning("command intake NATS error: {}", exc)
 
     async def _on_disconnected(self) -> None:
+        if self._closing:  # our own close: not worth a warning at every drain
+            self._log.debug("command intake disconnected from NATS (closing)")
+            return
         self._log.warning("command intake disconnected from NATS; reconnecting")
 
     async def _on_reconnected(self) -> None:
@@ -394,6 +398,7 @@ class CommandIntake:
 
     async def stop_accepting(self, timeout: float = 5.0) -> None:
         """Stop taking commands: unsubscribe, answering what was already received."""
+        self._closing = True
         self.processor.accepting = False
         task = self._task
         if task is not None and not task.done():

@@ -114,3 +114,21 @@ async def test_a_symlink_planted_in_the_pod_dir_is_not_followed(
     os.unlink(root / "pods/u1/volumes")
     await engine.wait_pod("u1", "mounted", timeout=5)
     assert list(outside.iterdir()) == []
+
+
+async def test_a_symlink_planted_at_a_mounted_volume_is_removed_not_followed_on_teardown(
+    make_engine: EngineFactory, root: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not the pod's")
+    engine = await make_engine(catalog=empty_dir_catalog(root))
+    await engine.apply([pod("u1", empty_dir_volume("cache"))])
+    await engine.wait_pod("u1", "mounted", timeout=5)
+    volume_dir = root / "pods/u1/volumes/kubernetes.io~empty-dir/cache"
+    os.rmdir(volume_dir)
+    os.symlink(outside, volume_dir)  # planted while Mounted: the teardown must not follow it
+    await engine.delete_pod(uid="u1")
+    await engine.wait_pod("u1", "unmounted", timeout=10)  # not stuck on UnsafePath
+    await eventually(lambda: not (root / "pods/u1").exists(), "pod dir removed")
+    assert (outside / "keep.txt").read_text() == "not the pod's"

@@ -375,7 +375,9 @@ class OperationGenerator:
         except UnsafePathError as exc:
             raise _transient("UnsafePath", f"{what}: {exc}") from None
 
-    def _request(self, dv: DesiredVolume, plugin: VolumePlugin, pod_uid: str = "") -> VolumeRequest:
+    def _request(
+        self, dv: DesiredVolume, plugin: VolumePlugin, pod_uid: str = "", *, teardown: bool = False
+    ) -> VolumeRequest:
         """The plugin request; the plugin computes its paths, checked to lie inside the root."""
         req = VolumeRequest(
             volume_id=dv.volume_id,
@@ -403,7 +405,11 @@ class OperationGenerator:
             req,
             device_path=dev.device_path if dev is not None else "",
             device_mount_path=self._checked(device_path, "device mount path"),
-            mount_path=self._checked(mount_path, "pod mount path", link=dv.volume_mode == BLOCK),
+            # A teardown may meet a symlink planted at the pod's target: the plugin removes
+            # the link without following it, so refusing here would leave the pod stuck.
+            mount_path=self._checked(
+                mount_path, "pod mount path", link=teardown or dv.volume_mode == BLOCK
+            ),
         )
 
     # ------------------------------------------------------------ error rules
@@ -606,7 +612,7 @@ class OperationGenerator:
 
     async def _unmount(self, pod_uid: str, dv: DesiredVolume, plugin: VolumePlugin) -> None:
         """Clean subpaths -> TearDown (failure: Uncertain) -> Unmounted."""
-        req = self._request(dv, plugin, pod_uid)
+        req = self._request(dv, plugin, pod_uid, teardown=True)
         await self._clean_subpaths(pod_uid, dv.name)
         try:
             await self.executor.call_plugin("TearDown", lambda: plugin.tear_down(req))
@@ -645,7 +651,7 @@ class OperationGenerator:
 
     async def _unmap(self, pod_uid: str, dv: DesiredVolume, plugin: VolumePlugin) -> None:
         """UnmapBlockVolume (fd lock, pod link, global bind) -> UnmapPodDevice -> Unmounted."""
-        req = self._request(dv, plugin, pod_uid)
+        req = self._request(dv, plugin, pod_uid, teardown=True)
         global_map, pod_link = _block_paths(req)
         try:
             await blockmap.unmap_block_volume_async(

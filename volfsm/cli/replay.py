@@ -183,8 +183,8 @@ def progress_wanted(forced: bool | None, events: int) -> bool:
 
 
 @contextmanager
-def _progress(
-    enabled: bool, total: int
+def progress_bar(
+    enabled: bool, total: int, label: str = "replaying"
 ) -> Iterator[Callable[[Callable[[Envelope], None]], Callable[[Envelope], None]]]:
     """A wrapper for fold callbacks that advances a bar on stderr (identity when disabled)."""
     if not enabled:
@@ -192,7 +192,7 @@ def _progress(
         return
     console = Console(stderr=True)
     bar = Progress(
-        TextColumn("replaying"),
+        TextColumn(label),
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
@@ -253,7 +253,7 @@ def run_replay(
     """
     story = Story()
     lines = _Lines(out)
-    with _gc_paused(), _progress(progress, window.last) as counted:
+    with _gc_paused(), progress_bar(progress, window.last) as counted:
         if window.after:
             log.replay(counted(story.absorb), 0, window.after)
         if output is Output.json:

@@ -172,7 +172,9 @@ volume=$(volfsm-csi-driver create-volume demo-vol-1 --size 64Mi --endpoint "unix
 [ "$volume" = demo-vol-1 ] || fail "the driver named the volume '$volume', examples/csi/pv.yaml says demo-vol-1"
 
 say "applying examples/ (a pod with two emptyDirs; a CSI PV, PVC and pod)"
-volfsm apply -f "$here/emptydir-pod.yaml" -f "$here/csi"
+# --complete: this is the node's whole desired state, so a restarted service need not
+# wait out its grace period before it may unmount anything (see "The unmount gate").
+volfsm apply --complete -f "$here/emptydir-pod.yaml" -f "$here/csi"
 volfsm wait pod default/scratch --for mounted --timeout 120
 volfsm wait pod default/web --for mounted --timeout 120
 

@@ -50,6 +50,7 @@ from events.codec import envelope_to_json
 from events.errors import LogClosedError
 from events.log import EventLog, row_to_envelope
 from events.subjects import check_token, events_subject, node_events_filter
+from volfsm import faultpoints
 from volfsm.natsutil.connect import OWNED_OPTIONS, connect_once
 from volfsm.natsutil.errors import NatsAuthError, NatsSetupError, StreamConfigError
 from volfsm.natsutil.stream import (
@@ -498,6 +499,7 @@ class Relay:
                 if subject is None:
                     subject = subjects[row[3]] = events_subject(node, row[3])
                 data = envelope_to_json(row_to_envelope(row))
+                faultpoints.hit("relay.before_publish", row[3])
                 inflight[seq] = loop.time() + timeout
                 self._last_sent = seq
                 await nc.publish(
@@ -634,6 +636,7 @@ class Relay:
             self._acked_changed.clear()
             target = self._acked_through
             if target != self._cursor:
+                faultpoints.hit("relay.before_cursor")
                 try:
                     await asyncio.to_thread(self.log.set_cursor, self.cursor_name, target)
                 except LogClosedError:

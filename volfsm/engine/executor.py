@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from events.types import Body, OperationFailed, OperationStarted, OperationSucceeded
+from volfsm import faultpoints
 from volfsm.engine.pending import (
     AlreadyPendingError,
     ExponentialBackoffError,
@@ -130,6 +131,7 @@ class OperationExecutor:
     async def _run(self, op: Operation, key: OperationKey) -> None:
         started = time.monotonic()
         cancelled = False
+        faultpoints.operation(op.name, op.plugin, op.pod_uid, op.volume_id)
         try:
             if op.recorded:
                 await self._record(op.stream, self._started_body(op))
@@ -183,6 +185,7 @@ class OperationExecutor:
 
     async def _record(self, stream: str, body: Body) -> None:
         await self.handler.record_async(stream, [body])
+        faultpoints.hit("append.after", type(body).__name__)
 
     # ---------------------------------------------------------- plugin calls
 
@@ -199,10 +202,14 @@ class OperationExecutor:
         task = asyncio.current_task()
         if task is not None:
             self._in_call.add(task)
+        faultpoints.hit("driver.before", what)
         try:
             async with asyncio.timeout(limit):
-                return await call()
+                result = await faultpoints.in_flight("driver.during", call, what)
+            faultpoints.hit("driver.after", what)
+            return result
         except PluginError:
+            faultpoints.hit("driver.after", what)
             raise
         except TimeoutError:
             raise PluginError(

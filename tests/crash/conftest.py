@@ -23,13 +23,14 @@ MakeNode = Callable[..., CrashNode]
 _names = itertools.count(1)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def crash_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The suite's own directory (driver state, nats store)."""
+    """The suite's own directory (driver state, nats store); package-scoped so all is
+    stopped before other suites' end-of-session leftover checks run."""
     return tmp_path_factory.mktemp("crash")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def crash_nats(crash_dir: Path) -> Iterator[NatsServer]:
     """A JetStream server shared by every node of the suite."""
     server = NatsServer(crash_dir / "nats").start()
@@ -39,7 +40,7 @@ def crash_nats(crash_dir: Path) -> Iterator[NatsServer]:
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def crash_driver(crash_dir: Path) -> Iterator[DriverProcess]:
     """volfsm's CSI driver, shared; stopped and everything it left cleaned up at the end."""
     drv = DriverProcess(crash_dir / "driver", node_id="crash-node")

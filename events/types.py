@@ -109,7 +109,11 @@ class DeviceMounted(Body, frozen=True, kw_only=True):
 
 
 class DeviceMountUncertain(Body, frozen=True, kw_only=True):
-    """A stage or unstage may or may not have happened."""
+    """A stage or unstage may or may not have happened.
+
+    `reconstructed`: marked by reconstruction at start; a final error on the
+    retry then leaves the entry Uncertain (kubelet's reconstructed volumes).
+    """
 
     KIND = "device"
     volume_id: str
@@ -157,7 +161,11 @@ class VolumeMounted(Body, frozen=True, kw_only=True):
 
 
 class VolumeMountUncertain(Body, frozen=True, kw_only=True):
-    """A publish or unpublish for this pod may or may not have happened."""
+    """A publish or unpublish for this pod may or may not have happened.
+
+    `reconstructed`: marked by reconstruction at start; a final error on the
+    retry then leaves the entry Uncertain (kubelet's reconstructed volumes).
+    """
 
     KIND = "podvol"
     volume_id: str

@@ -6,6 +6,7 @@ tmpfs SetUp returns; the others write the log a crash would leave.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -33,7 +34,7 @@ from volfsm.cli import app
 from volfsm.desired.resolve import csi_volume_id
 from volfsm.engine.reconstruct import INTERRUPTED
 from volfsm.handler import CommandHandler
-from volfsm.plugins.scripted import ScriptedPlugin
+from volfsm.plugins.scripted import ScriptedPlugin, final, hang
 
 from .conftest import GATED, NODE, Node
 
@@ -92,7 +93,7 @@ async def test_a_mount_killed_mid_setup_is_uncertain_with_its_reason_then_mounte
     assert node.log is not None
     seq, op_id = start_seq(node.log, stream)
     pv = engine.asw.podvols[("u1", "mem")]
-    assert pv.state == "Uncertain" and not pv.reconstructed
+    assert pv.state == "Uncertain" and pv.reconstructed  # a final error keeps it Uncertain
     assert pv.reason == f"interrupted: volume_mount started at seq {seq} has no outcome"
     after = [e.body for e in node.log.read_stream(stream) if e.seq > seq]
     assert [type(b).__name__ for b in after[:2]] == ["VolumeMountUncertain", "OperationFailed"]
@@ -189,6 +190,57 @@ async def test_an_operation_whose_transition_was_recorded_keeps_its_state(
     assert "VolumeMounted" in last.message and "stands" in last.message
     assert engine.reconstruction is not None and engine.reconstruction.uncertain == []
     await eventually(lambda: engine.reconciler.passes > 3, "passes")
+
+
+async def test_an_interrupted_publish_stays_uncertain_on_a_final_error_and_is_unpublished(
+    node: Node, scripted: ScriptedPlugin
+) -> None:
+    # Arrange: a staged volume whose NodePublish was running when the process died (the
+    # publish may have mounted); the retry after the restart fails with a final error,
+    # the one after that waits on a gate
+    vid = csi_volume_id(scripted.driver, "h1")
+    log = EventLog(node.db, node=NODE)
+    handler = CommandHandler(log)
+    plugin = f"kubernetes.io/csi:{scripted.driver}"
+    source = VolumeSource(plugin="kubernetes.io/csi", driver=scripted.driver, volume_handle="h1")
+    volume = DesiredVolume(name="data", volume_id=vid, source=source, pv_name="pv1")
+    handler.record(
+        "pod/u1", [PodAdded(pod_uid="u1", namespace="default", name="p", volumes=(volume,))]
+    )
+    handler.fire(device_stream(vid), "attach", DeviceAttached(volume_id=vid, plugin=plugin))
+    handler.fire(device_stream(vid), "mount_device", DeviceMounted(volume_id=vid))
+    stream = podvol_stream("u1", "data")
+    started = OperationStarted(op_id="op-1", operation="volume_mount", volume_id=vid, pod_uid="u1")
+    handler.record(stream, [started])
+    log.close()
+    gate = asyncio.Event()
+    scripted.script("set_up", final("FailedPrecondition", "refused after the crash"), hang(gate))
+
+    # Act: start; the retry fails for good, the next one is held
+    engine = await node.start(GATED, scripted=scripted)
+    await eventually(lambda: scripted.calls("set_up") == 2, "the second publish after the crash")
+
+    # Assert: the final error left the entry Uncertain (the kubelet's rule for reconstructed
+    # volumes), not Unmounted: an Unmounted entry would never be unpublished
+    pv = engine.asw.podvols[("u1", "data")]
+    assert (pv.state, pv.reconstructed) == ("Uncertain", True)
+    assert node.log is not None
+    types = [e.type for e in node.log.read_stream(stream)]
+    assert "VolumeUnmounted" not in types
+    failed = [e.body for e in node.log.read_stream(stream) if isinstance(e.body, OperationFailed)]
+    assert [(f.code, f.final) for f in failed] == [
+        (INTERRUPTED, False),
+        ("FailedPrecondition", True),
+    ]
+
+    # Act: let the publish finish, then the pod goes
+    gate.set()
+    await engine.wait_pod("u1", "mounted", timeout=30)
+    await engine.apply([], complete=True)
+    await engine.wait_pod("u1", "unmounted", timeout=30)
+
+    # Assert: it was unpublished
+    assert scripted.calls("tear_down", volume_id=vid, pod_uid="u1") == 1
 
 
 async def test_a_reconstruction_killed_halfway_finishes_on_the_next_start(node: Node) -> None:

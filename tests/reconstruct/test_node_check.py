@@ -62,7 +62,7 @@ async def test_emptydir_mounts_and_dirs_the_node_lost_are_uncertain_then_mounted
         " mount there"
     )
     assert reasons["d"] == f"the log says Mounted at {disk}, but it does not exist on the node"
-    assert not any(pv.reconstructed for pv in second.asw.podvols.values())
+    assert all(pv.reconstructed for pv in second.asw.podvols.values())
 
     # Assert: the pod is still desired: both are mounted again
     await second.wait_pod("u1", "mounted", timeout=30)

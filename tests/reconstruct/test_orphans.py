@@ -7,7 +7,7 @@ from pathlib import Path
 
 from events.types import OperationFailed, OperationStarted, OperationSucceeded
 from tests.engine.helpers import eventually
-from tests.engine.objects import claim_volume, pod, pv_set
+from tests.engine.objects import claim_volume, empty_dir_volume, pod, pv_set
 from volfsm import mounts
 from volfsm.cli.ops import recovery_lines
 from volfsm.engine.reconstruct import ORPHAN_CLEANUP
@@ -152,3 +152,22 @@ async def test_an_orphan_a_desired_pod_wants_is_left_for_its_mount(
     assert orphan.error == "a desired pod wants it: its mount may rebuild it"
     assert entry.is_dir()
     await engine.wait_pod("p1", "mounted", timeout=30)
+
+
+async def test_a_leftover_dir_of_a_desired_pod_is_kept_while_its_mounts_run(node: Node) -> None:
+    # Arrange: an empty plugin dir in the pod dir of a pod that is desired again
+    leftover = node.root / "pods/p1/volumes/kubernetes.io~empty-dir"
+    leftover.mkdir(parents=True)
+    engine = await node.start(GATED)
+    [orphan] = engine.reconstruction.orphans if engine.reconstruction else []
+    assert orphan.path == str(leftover)
+
+    # Act: the pod is applied, then the desired state is complete
+    await engine.apply([pod("p1", empty_dir_volume("scratch"))], complete=True)
+
+    # Assert: not removed under the pod's mount; kept with why; the pod mounts
+    await eventually(lambda: orphan.status == "kept", "kept")
+    assert orphan.error == "its pod is desired: the pod's own cleanup removes it when the pod goes"
+    await engine.wait_pod("p1", "mounted", timeout=30)
+    assert (leftover / "scratch").is_dir()
+    assert not orphan_records(node, orphan.stream)

@@ -21,12 +21,19 @@
    its global map file; or simply its path) that the node lacks in
    /proc/self/mountinfo becomes Uncertain with the reason. Entries the
    node confirms stay as they are.
+
+   Every entry marked in steps 1 and 2 carries ``reconstructed=True`` too,
+   as the kubelet's IsVolumeReconstructed does for every volume after a
+   restart: a final error on the retry leaves it Uncertain rather than
+   Unmounted, because a NodePublish killed after it mounted is still
+   mounted, and an Unmounted entry is never unpublished when its pod goes.
 3. **The node against the log.** Every entry under
    ``pods/<uid>/volumes/<plugin>/<name>`` and ``pods/<uid>/volumeDevices/
    <plugin>/<name>`` and every CSI staging / block volume dir under
    ``plugins/kubernetes.io/csi`` that the log does not hold (log lost,
-   restored from a backup, written by another tool) becomes Uncertain with
-   ``reconstructed=True`` and the reason "found on node, not in the log".
+   restored from a backup, written by another tool) becomes Uncertain
+   with the reason "found on node, not in the log" (counted in the
+   report's ``reconstructed``).
    Its spec comes from the log when the log knows the pod, else from the
    node: a CSI volume's ``vol_data.json`` (driver, handle, spec name,
    lifecycle), an emptyDir from its path (medium Memory if a tmpfs is
@@ -751,8 +758,12 @@ class Reconstructor:
     def _mark_podvol(
         self, plan: _Plan, uid: str, name: str, volume_id: str, reason: str, *, found: bool
     ) -> None:
+        # Every mark made here is flagged reconstructed, whether the node showed the entry
+        # (`found`) or the log knew it: as with the kubelet's reconstructed volumes, a final
+        # error on the retry then leaves it Uncertain. An interrupted NodePublish may have
+        # mounted; calling that Unmounted would leave the mount behind for good.
         body = VolumeMountUncertain(
-            volume_id=volume_id, pod_uid=uid, volume_name=name, reason=reason, reconstructed=found
+            volume_id=volume_id, pod_uid=uid, volume_name=name, reason=reason, reconstructed=True
         )
         plan.actions.append(_Fire(volume_id, uid, name, "mark_uncertain", body))
         plan.marked_podvols.add((uid, name))
@@ -762,8 +773,8 @@ class Reconstructor:
     def _mark_device(
         self, plan: _Plan, volume_id: str, reason: str, path: str, *, found: bool
     ) -> None:
-        body = DeviceMountUncertain(
-            volume_id=volume_id, reason=reason, reconstructed=found, device_mount_path=path
+        body = DeviceMountUncertain(  # reconstructed=True: see _mark_podvol
+            volume_id=volume_id, reason=reason, reconstructed=True, device_mount_path=path
         )
         plan.actions.append(_Fire(volume_id, "", "", "mark_device_uncertain", body))
         plan.marked_devices.add(volume_id)
@@ -1181,20 +1192,26 @@ class Reconstructor:
         if self._orphan_task is not None:
             await asyncio.gather(self._orphan_task, return_exceptions=True)
 
-    def _wanted(self, orphan: Orphan) -> bool:
-        """Whether a desired pod wants what is at the orphan's path (its mount may rebuild it)."""
+    def _wanted(self, orphan: Orphan) -> str:
+        """Why a desired pod wants what is at the orphan's path, or "" if none does."""
         if orphan.pod_uid:
             pod = self.dsw.pods.get(orphan.pod_uid)
-            if pod is None or orphan.entry is None:
-                return False
-            return any(orphan.entry in self.entries_of(pod.pod_uid, dv) for dv in pod.volumes)
+            if pod is None:
+                return ""
+            if orphan.entry is None:
+                # A leftover dir of a desired pod (e.g. an empty volumes/<plugin>): its
+                # mounts may be creating entries under it right now.
+                return "its pod is desired: the pod's own cleanup removes it when the pod goes"
+            if any(orphan.entry in self.entries_of(pod.pod_uid, dv) for dv in pod.volumes):
+                return "a desired pod wants it: its mount may rebuild it"
+            return ""
         prefix = orphan.path + "/"
         for _, dv in self.dsw.volumes_to_mount():
             paths = self.ops.request_paths(dv, "")
             device = paths[0] if paths is not None else None
             if device is not None and os.fspath(device).startswith(prefix):
-                return True
-        return False
+                return "a desired pod wants it: its mount may rebuild it"
+        return ""
 
     def _next_id(self) -> str:
         self._ids += 1
@@ -1204,9 +1221,10 @@ class Reconstructor:
         for orphan in self.orphans:
             if orphan.status != "pending":
                 continue
-            if self._wanted(orphan):
+            wanted = self._wanted(orphan)
+            if wanted:
                 orphan.status = "kept"
-                orphan.error = "a desired pod wants it: its mount may rebuild it"
+                orphan.error = wanted
                 log.info("orphan %s kept: %s", orphan.path, orphan.error)
                 continue
             await self._clean_orphan(orphan)

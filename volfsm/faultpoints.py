@@ -1,7 +1,7 @@
 """Crash testing as a feature: SIGKILL this process at a named point.
 
-Off by default. Armed by the environment variable `VOLFSM_FAULT_POINT`
-(or `configure()`) with a spec `POINT[/QUALIFIER...][@N][+SECONDS]`: the
+Off by default. Armed by the environment variable `VOLFSM_FAULT_POINT`,
+`volfsm serve --fault-point` or `configure()` with a spec `POINT[/QUALIFIER...][@N][+SECONDS]`: the
 process kills itself with SIGKILL the N-th time (default: the first) code
 reaches `hit(POINT, ...)` with every QUALIFIER matching.
 
@@ -210,4 +210,18 @@ async def _kill_in_flight(
     _kill(point, qualifiers, " (call returned)" if task.done() else " (call in flight)")
 
 
-configure(os.environ.get(ENV_VAR))
+def _configure_from_env() -> str:
+    """Arm from `VOLFSM_FAULT_POINT`; a bad spec leaves it disarmed and is returned.
+
+    Not raised at import: `volfsm serve` reads the same variable as its
+    `--fault-point` option and refuses a bad spec with a one-line error.
+    """
+    try:
+        configure(os.environ.get(ENV_VAR))
+    except FaultSpecError as exc:
+        return str(exc)
+    return ""
+
+
+ENV_ERROR = _configure_from_env()
+"""Why `VOLFSM_FAULT_POINT` was refused at import ("" if it was not)."""

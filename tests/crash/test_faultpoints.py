@@ -206,3 +206,34 @@ def test_the_env_var_arms_a_real_sigkill_with_a_line_on_stderr() -> None:
     assert done.returncode == -signal.SIGKILL
     assert done.stdout == "survived one\n"
     assert done.stderr.endswith("volfsm: fault point driver.before SetUp: SIGKILL\n")
+
+
+def test_a_bad_env_spec_leaves_the_process_disarmed_and_says_why() -> None:
+    code = (
+        "from volfsm import faultpoints\n"
+        "print(faultpoints.armed(), faultpoints.ENV_ERROR, sep='|')\n"
+        "faultpoints.hit('driver.before', 'SetUp')\n"
+        "print('survived', flush=True)\n"
+    )
+    env = {**os.environ, ENV_VAR: "driver.before@many", "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "None|fault point count 'many' in 'driver.before@many' is not a number\nsurvived\n"
+    )
+
+
+def test_serve_fault_point_option_kills_the_real_service_at_its_point(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOLFSM_")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "volfsm.cli", "serve", "--data-dir", str(tmp_path),
+         "--fault-point", "reconstruct.start", "--log-format", "text"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    assert "fault point armed: this process SIGKILLs itself at reconstruct.start" in done.stderr
+    assert done.stderr.endswith("volfsm: fault point reconstruct.start : SIGKILL\n")
+    assert (tmp_path / "volfsm.db").exists()

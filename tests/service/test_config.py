@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import ssl
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,6 +95,12 @@ def test_env_lists_are_comma_separated(tmp_path: Path) -> None:
         ({"nats": "nats://x", "nats_creds": "/no/such.creds"}, {}, "/no/such.creds: no such file"),
         ({"nats_token": "t"}, {}, "need --nats URL"),
         ({"nats": "nats://x", "nats_tls_cert": __file__}, {}, "go together"),
+        (
+            {},
+            {"VOLFSM_FAULT_POINT": "driver.afterwards"},
+            "--fault-point (from env VOLFSM_FAULT_POINT): unknown fault point 'driver.afterwards'",
+        ),
+        ({"fault_point": "append.after@0"}, {}, "--fault-point (from the command line): fault"),
     ],
 )
 def test_errors_name_the_option_and_where_it_came_from(
@@ -166,3 +174,29 @@ def test_tls_files_make_a_context_and_bad_ones_are_named(tmp_path: Path) -> None
     garbage = write(tmp_path / "garbage.pem", "not a certificate")
     with pytest.raises(ConfigError, match="NATS TLS files cannot be loaded"):
         settings_from({**base, "nats_tls_ca": str(garbage)}, environ={})
+
+
+def test_a_fault_point_is_off_by_default_and_taken_from_the_option_or_env(tmp_path: Path) -> None:
+    base = {"node": "n", "data_dir": str(tmp_path)}
+    assert settings_from(base, environ={}).fault_point == ""
+    env = {"VOLFSM_FAULT_POINT": "driver.before/set_up@2"}
+    assert settings_from(base, environ=env).fault_point == "driver.before/set_up@2"
+    cli = {**base, "fault_point": " reconstruct.mid "}
+    assert settings_from(cli, environ=env).fault_point == "reconstruct.mid"
+
+
+def test_serve_refuses_a_bad_fault_point_with_one_line_and_nothing_started(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VOLFSM_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "volfsm.cli", "serve", "--data-dir", str(tmp_path),
+         "--fault-point", "driver.during+soon"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr == (
+        "volfsm: error: --fault-point (from the command line): delay 'soon' in"
+        " 'driver.during+soon' is not a number\n"
+    )
+    assert not (tmp_path / "volfsm.db").exists()

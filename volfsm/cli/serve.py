@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from loguru import logger
 
+from volfsm import faultpoints
 from volfsm.cli.common import fail
 from volfsm.service.config import CONFIG_ENV, ConfigError, load_config, resolve
 from volfsm.service.logging import configure_logging
@@ -112,6 +113,14 @@ def serve(
         str | None, _opt("HOST:PORT for /metrics, /healthz, /readyz. Default: off.")
     ] = None,
     log_level: Annotated[str | None, _opt("TRACE..CRITICAL. Default INFO.")] = None,
+    fault_point: Annotated[
+        str | None,
+        _opt(
+            "Crash testing: SIGKILL this process at a fault point, e.g. driver.after/set_up, "
+            "append.after/OperationSucceeded@2, driver.during+0.5 (see the README). Default: off.",
+            PANEL_ENGINE,
+        ),
+    ] = None,
     log_format: Annotated[
         LogFormat,
         typer.Option(help="json: one JSON object per line; text; auto: text on a terminal."),
@@ -148,6 +157,7 @@ def serve(
         "desired_grace": desired_grace,
         "http": http,
         "log_level": log_level,
+        "fault_point": fault_point,
     }
     try:
         settings = resolve(load_config(cli, config_file=config))
@@ -155,6 +165,10 @@ def serve(
         fail(str(exc))
     json_lines = None if log_format is LogFormat.auto else log_format is LogFormat.json
     configure_logging(settings.log_level, node=settings.node, json_lines=json_lines)
+    faultpoints.configure(settings.fault_point)
+    if settings.fault_point:
+        armed = settings.fault_point
+        logger.warning("fault point armed: this process SIGKILLs itself at {}", armed)
     if os.geteuid() != 0:
         logger.warning("not running as root: mounts (tmpfs emptyDir, CSI) will fail")
     code = asyncio.run(run_service(settings))

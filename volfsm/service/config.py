@@ -25,6 +25,7 @@ from typing import Annotated, Any
 import msgspec
 
 from events.subjects import SubjectError, check_token
+from volfsm import faultpoints
 from volfsm.errors import VolfsmError
 from volfsm.natsutil.connect import split_servers
 from volfsm.paths import DEFAULT_DATA_DIR, LOG_FILENAME
@@ -93,6 +94,8 @@ class ServeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_command_bytes: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MAX_COMMAND_BYTES
     """Largest command payload accepted; bigger ones get a PayloadTooLarge reply."""
     log_level: str = "INFO"
+    fault_point: str = ""
+    """Crash testing: SIGKILL this process at POINT[/QUALIFIER...][@N][+SECONDS] (off)."""
 
 
 FIELDS: dict[str, Any] = {f.name: f.type for f in msgspec.structs.fields(ServeConfig)}
@@ -233,6 +236,8 @@ class Settings:
     desired_grace: float
     max_command_bytes: int
     log_level: str
+    fault_point: str = ""
+    """The armed fault point spec (`volfsm.faultpoints`), "" when off."""
 
     @property
     def log_path(self) -> Path:
@@ -371,6 +376,12 @@ def resolve(layered: Layered) -> Settings:
             split_servers(nats_url)
         except ValueError as exc:
             raise ConfigError(f"{layered.where('nats')}: {exc}") from None
+    fault_point = cfg.fault_point.strip()
+    if fault_point:
+        try:
+            faultpoints.parse(fault_point)
+        except faultpoints.FaultSpecError as exc:
+            raise ConfigError(f"{layered.where('fault_point')}: {exc}") from None
     opts = nats_options(layered)
     if nats_url is None and opts:
         raise ConfigError(
@@ -395,6 +406,7 @@ def resolve(layered: Layered) -> Settings:
         desired_grace=cfg.desired_grace,
         max_command_bytes=cfg.max_command_bytes,
         log_level=level,
+        fault_point=fault_point,
     )
 
 

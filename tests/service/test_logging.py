@@ -76,3 +76,14 @@ def test_human_text_on_a_terminal() -> None:
     text = out.getvalue()
     assert "hello" in text and "seq=7" in text and "n1" in text
     assert not text.lstrip().startswith("{")
+
+
+def test_state_machine_callbacks_are_not_logged_but_their_warnings_are() -> None:
+    from volfsm.fsm import PODVOL
+
+    out = io.StringIO()
+    configure_logging("INFO", node="n1", stream=out, json_lines=True)
+    model = PODVOL.new_model("podvol/u1/data")
+    assert PODVOL.decide(model, "mount", "VolumeMounted") == "Mounted"
+    logging.getLogger("transitions.core").warning("a real problem")
+    assert [line["message"] for line in lines(out)] == ["a real problem"]

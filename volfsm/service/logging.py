@@ -113,5 +113,6 @@ def configure_logging(
         )
     std_level = logging.DEBUG if level.upper() in ("TRACE", "DEBUG") else logging.INFO
     logging.basicConfig(handlers=[InterceptHandler()], level=std_level, force=True)
-    for noisy in ("asyncio", "grpc"):
+    # transitions logs every state callback at INFO; volfsm logs each transition itself.
+    for noisy in ("asyncio", "grpc", "transitions"):
         logging.getLogger(noisy).setLevel(max(std_level, logging.WARNING))

@@ -69,7 +69,7 @@ def test_concurrent_call_for_same_volume_is_aborted(
     create_volume(csi, "busy")
     create_volume(csi, "other")
     driver.set_faults(
-        [{"rpc": "NodeStageVolume", "volume_id": "busy", "action": "delay", "seconds": 2.0}]
+        [{"rpc": "NodeStageVolume", "volume_id": "busy", "action": "delay", "seconds": 5.0}]
     )
     thread, outcome = _in_thread(lambda: stage_volume(csi, "busy", staging("busy")))
     _wait_for_log(driver, "fault injected: NodeStageVolume")
@@ -87,10 +87,9 @@ def test_concurrent_call_for_same_volume_is_aborted(
         assert err.value.code() == grpc.StatusCode.ABORTED
         assert "already pending" in err.value.details()
 
-    # Another volume is not held up by the busy one.
-    started = time.monotonic()
+    # Another volume is not held up by the busy one: it is staged while busy is still held.
     stage_volume(csi, "other", staging("other"))
-    assert time.monotonic() - started < 1.5
+    assert thread.is_alive()
 
     thread.join(10)
     assert outcome and not isinstance(outcome[0], grpc.RpcError), outcome
@@ -155,11 +154,9 @@ def test_hang_until_client_deadline(
 ) -> None:
     create_volume(csi, "h1")
     driver.set_faults([{"rpc": "NodeStageVolume", "action": "hang", "times": 1}])
-    started = time.monotonic()
     with pytest.raises(grpc.RpcError) as err:
         stage_volume(csi, "h1", staging("h1"), timeout=1.0)
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert time.monotonic() - started < 3
     # The hung handler notices the cancellation and lets go of the volume.
     _wait_for_log(driver, "NodeStageVolume volume=h1 -> CANCELLED")
     stage_volume(csi, "h1", staging("h1"))

@@ -51,7 +51,6 @@ from tests.helpers.csidriver import (
 )
 from tests.service.helpers import ServeProcess, expected_stream, read_stream
 from volfsm.cli import app
-from volfsm.faultpoints import ENV_VAR
 from volfsm.layout import RootLayout
 from volfsm.service.client import CommandFailedError, ServiceClient, ServiceUnreachableError, Target
 
@@ -63,18 +62,7 @@ READY_TIMEOUT_S = 60.0
 EXIT_WAIT_S = 5.0
 VOLUME_BYTES = 32 * MIB
 DESIRED_GRACE_S = 0.3
-"""Grace the restarted service waits for the desired state before unmounting (if supported)."""
-
-_serve_help: str | None = None
-
-
-def serve_supports(option: str) -> bool:
-    """Whether `volfsm serve` takes `option` (options other engineers are adding right now)."""
-    global _serve_help
-    if _serve_help is None:
-        result = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
-        _serve_help = result.output
-    return option in _serve_help
+"""Grace the restarted service waits for the desired state before unmounting."""
 
 
 class CrashTestError(AssertionError):
@@ -125,10 +113,10 @@ class CrashNode:
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         args = ["--csi", f"{DRIVER}={self.driver.endpoint}", "--drain-grace", "5"]
-        if serve_supports("--desired-grace"):
-            args += ["--desired-grace", str(DESIRED_GRACE_S)]
+        args += ["--desired-grace", str(DESIRED_GRACE_S)]
+        self._serve_args = [*args, *self.extra_args]
         self.serve = ServeProcess(
-            self.workdir, node=self.node, nats_url=self.nats_url, args=[*args, *self.extra_args]
+            self.workdir, node=self.node, nats_url=self.nats_url, args=self._serve_args
         )
         self.layout = RootLayout(self.serve.root_dir)
         self.target = Target(url=self.nats_url, node=self.node)
@@ -184,7 +172,8 @@ class CrashNode:
         )
         self.starts.append(start)
         self.serve.stderr_path = start.stderr
-        self.serve.env = {ENV_VAR: fault} if fault else {}
+        fault_args = ["--fault-point", fault] if fault else []
+        self.serve.args = [*self._serve_args, *fault_args]
         began = time.monotonic()
         self.serve.start(wait_ready=False)
         deadline = began + timeout

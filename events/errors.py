@@ -45,3 +45,7 @@ class LogMissingError(LogOpenError):
 
 class LogClosedError(VolfsmEventsError):
     """The log was closed; no more appends are accepted."""
+
+
+class RestoreError(VolfsmEventsError):
+    """Events given to `EventLog.restore` do not continue the log (seq, version, node, time)."""

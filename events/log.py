@@ -55,6 +55,7 @@ from events.errors import (
     LogOpenError,
     NewerSchemaError,
     NotAVolfsmLogError,
+    RestoreError,
 )
 from events.snapshots import SNAPSHOT_TABLES, SnapshotStore
 from events.types import Body, Envelope
@@ -197,12 +198,17 @@ class _CursorWrite(_Work):
 
 
 class _SqlWrite(_Work):
-    """Statements committed in a transaction of their own (`EventLog.write_derived`)."""
+    """Statements committed in a transaction of their own (`write_derived`, `restore`).
 
-    __slots__ = ("statements",)
+    `events`: the statements add events (`restore`): the commit is synced
+    like an append's and the writer re-reads where the log ends after it.
+    """
 
-    def __init__(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+    __slots__ = ("events", "statements")
+
+    def __init__(self, statements: list[tuple[str, tuple[Any, ...]]], events: bool = False) -> None:
         self.statements = statements
+        self.events = events
         self.lock = _thread_waiter()
         self.loop = None
         self.future = None
@@ -658,7 +664,8 @@ class EventLog:
         """
         writer = self._writer
         try:
-            writer.execute("PRAGMA synchronous=NORMAL")
+            if not work.events:
+                writer.execute("PRAGMA synchronous=NORMAL")
             try:
                 writer.execute("BEGIN IMMEDIATE")
                 for sql, params in work.statements:
@@ -671,6 +678,8 @@ class EventLog:
                 writer.execute("PRAGMA synchronous=FULL")
         except BaseException as exc:
             work.result = exc
+        if work.events:
+            self._resync()
 
     def write_derived(self, statements: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
         """Commit `statements` (derived data kept in the log file: snapshots) on the writer.
@@ -688,6 +697,54 @@ class EventLog:
         work.lock.acquire()
         if isinstance(work.result, BaseException):
             raise work.result
+
+    def restore(self, envelopes: Sequence[Envelope]) -> int:
+        """Put back events this node recorded before (e.g. copies from JetStream) as they were.
+
+        For a log that lost its tail (deleted, or restored from an older
+        backup). Each event keeps its seq, stream version and ts, and must
+        continue the log: seq `last_seq() + 1`, `+ 2`, ... in order, the next
+        version of its stream, this log's node, a ts not before the last.
+        `RestoreError` names the first that does not, and nothing of the call
+        is written. Bodies are stored in their current schema. Meant for a
+        log nothing else appends to (the service is not running). Durable
+        when it returns; returns how many events were added.
+        """
+        if self.readonly:
+            raise LogClosedError(f"{self.path}: opened read-only")
+        seq = self.last_seq() + 1
+        last_ts = self._last_ts
+        versions: dict[str, int] = {}
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        for env in envelopes:
+            where = f"event seq {env.seq} ({env.type} on {env.stream})"
+            if env.seq != seq:
+                raise RestoreError(f"{where} does not continue the log: the next seq is {seq}")
+            if env.node != self.node:
+                raise RestoreError(f"{where} is of node {env.node!r}, not of {self.node!r}")
+            version = versions.get(env.stream)
+            if version is None:
+                version = self.stream_version(env.stream)
+            if env.version != version + 1:
+                raise RestoreError(
+                    f"{where} has version {env.version}; the stream is at version {version}"
+                )
+            if env.ts < last_ts:
+                raise RestoreError(f"{where} is older ({env.ts}) than the log's last ({last_ts})")
+            type_name, schema = body_type_info(env.body)
+            row = (env.seq, env.stream, env.version, type_name, schema, env.ts, env.node)
+            statements.append((_INSERT, (*row, encode_body(env.body))))
+            versions[env.stream] = env.version
+            last_ts = env.ts
+            seq += 1
+        if not statements:
+            return 0
+        work = _SqlWrite(statements, events=True)
+        self._submit(work)
+        work.lock.acquire()
+        if isinstance(work.result, BaseException):
+            raise work.result
+        return len(statements)
 
     def _index_tail(self) -> None:
         """Add the events above indexed_seq to stream_index, in one transaction."""

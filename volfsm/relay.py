@@ -416,7 +416,8 @@ class Relay:
             raise StreamAheadError(
                 f"stream {self.stream} holds events of node {self.node} up to seq {in_stream} but "
                 f"the local log ends at {local_last}: is this the right log, or another node "
-                "using the same name?"
+                "using the same name? If this node's log was lost or is an older backup, start "
+                "once with --restore-from-stream to put its events back from the stream"
             )
         if in_stream > self._acked_through:
             self.counters.skipped += in_stream - self._acked_through

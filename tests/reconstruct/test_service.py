@@ -182,8 +182,9 @@ def test_serve_after_a_lost_log_keeps_what_apply_complete_names_and_cleans_the_r
     assert mounts.find_mount(gone_mem) is not None
 
     # Act: start again. The relay refuses a stream that holds more of this node's events
-    # than its log (it cannot tell a lost log from another node's), so the node's events
-    # go to a fresh stream: here, another server.
+    # than its log (it cannot tell a lost log from another node's); without
+    # --restore-from-stream (test_restore_stream.py) the node starts a new history in a
+    # fresh stream: here, another server.
     svc.nats_url = make_nats("nats2").url
     svc.start()
 

@@ -101,6 +101,11 @@ def test_env_lists_are_comma_separated(tmp_path: Path) -> None:
             "--fault-point (from env VOLFSM_FAULT_POINT): unknown fault point 'driver.afterwards'",
         ),
         ({"fault_point": "append.after@0"}, {}, "--fault-point (from the command line): fault"),
+        (
+            {},
+            {"VOLFSM_RESTORE_FROM_STREAM": "maybe"},
+            "--restore-from-stream (from env VOLFSM_RESTORE_FROM_STREAM): expected bool",
+        ),
     ],
 )
 def test_errors_name_the_option_and_where_it_came_from(
@@ -200,3 +205,11 @@ def test_serve_refuses_a_bad_fault_point_with_one_line_and_nothing_started(
         " 'driver.during+soon' is not a number\n"
     )
     assert not (tmp_path / "volfsm.db").exists()
+
+
+def test_restore_from_stream_is_off_unless_asked(tmp_path: Path) -> None:
+    base = {"node": "n", "data_dir": str(tmp_path)}
+    assert settings_from(base, environ={}).restore_from_stream is False
+    env = {"VOLFSM_RESTORE_FROM_STREAM": "1"}
+    assert settings_from(base, environ=env).restore_from_stream is True
+    assert settings_from({**base, "restore_from_stream": True}, environ={}).restore_from_stream

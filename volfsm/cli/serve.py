@@ -113,6 +113,16 @@ def serve(
         str | None, _opt("HOST:PORT for /metrics, /healthz, /readyz. Default: off.")
     ] = None,
     log_level: Annotated[str | None, _opt("TRACE..CRITICAL. Default INFO.")] = None,
+    restore_from_stream: Annotated[
+        bool | None,
+        typer.Option(
+            "--restore-from-stream",
+            help="The log was lost or is an older backup: first copy this node's events it "
+            "lacks back from the JetStream stream.",
+            rich_help_panel=PANEL_ENGINE,
+            show_default=False,
+        ),
+    ] = None,
     fault_point: Annotated[
         str | None,
         _opt(
@@ -158,6 +168,7 @@ def serve(
         "http": http,
         "log_level": log_level,
         "fault_point": fault_point,
+        "restore_from_stream": restore_from_stream,
     }
     try:
         settings = resolve(load_config(cli, config_file=config))

@@ -96,6 +96,8 @@ class ServeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: str = "INFO"
     fault_point: str = ""
     """Crash testing: SIGKILL this process at POINT[/QUALIFIER...][@N][+SECONDS] (off)."""
+    restore_from_stream: bool = False
+    """Put back the events the log lacks from the JetStream stream before starting."""
 
 
 FIELDS: dict[str, Any] = {f.name: f.type for f in msgspec.structs.fields(ServeConfig)}
@@ -238,6 +240,8 @@ class Settings:
     log_level: str
     fault_point: str = ""
     """The armed fault point spec (`volfsm.faultpoints`), "" when off."""
+    restore_from_stream: bool = False
+    """Copy this node's events the log lacks back from the stream (`volfsm.service.restore`)."""
 
     @property
     def log_path(self) -> Path:
@@ -407,6 +411,7 @@ def resolve(layered: Layered) -> Settings:
         max_command_bytes=cfg.max_command_bytes,
         log_level=level,
         fault_point=fault_point,
+        restore_from_stream=cfg.restore_from_stream,
     )
 
 

@@ -40,15 +40,17 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 from loguru import logger
 
-from events.errors import LogLockedError, LogOpenError
+from events.errors import LogLockedError, LogOpenError, RestoreError
 from events.log import EventLog
 from events.types import Envelope, OperationFailed, OperationStarted, OperationSucceeded
 from volfsm.engine import EngineConfig, VolumeEngine
 from volfsm.errors import VolfsmError
 from volfsm.layout import RootLayout
 from volfsm.natsutil import NatsServer
+from volfsm.natsutil.connect import connect_once
 from volfsm.natsutil.errors import NatsSetupError
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.csi.plugin import CsiPlugin
@@ -58,10 +60,12 @@ from volfsm.service.config import NATS_URL_FILENAME, NODE_FILENAME, Settings
 from volfsm.service.http import HttpServer, Response
 from volfsm.service.intake import CommandIntake, CommandProcessor
 from volfsm.service.metrics import CONTENT_TYPE, ServiceMetrics, Snapshot
+from volfsm.service.restore import LogRestoreError, restore_from_stream
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 CSI_RETRY_S = 2.0
+RESTORE_CONNECT_TIMEOUT_S = 5.0
 CSI_STARTUP_WAIT_S = 10.0
 """How long start-up waits for the CSI drivers before reconciling without them."""
 EMBEDDED_CHECK_S = 1.0
@@ -220,6 +224,8 @@ class NodeService:
         engine.handler.subscribe(self.metrics.observe)
         engine.handler.subscribe(log_envelopes)
         engine.handler.subscribe(lambda _envs: relay.notify())
+        if s.restore_from_stream:
+            await self._restore_log()
         try:
             await relay.start()
         except NatsSetupError as exc:
@@ -281,6 +287,50 @@ class NodeService:
             ) from None
         except LogOpenError as exc:
             raise ServiceStartError(str(exc)) from None
+
+    async def _restore_log(self) -> None:
+        """--restore-from-stream: copy this node's events the log lacks back from JetStream."""
+        s = self.settings
+        assert self.log is not None and self.nats_url is not None
+
+        async def ignore(*_: object) -> None:
+            return None
+
+        try:
+            nc = await connect_once(
+                self.nats_url,
+                connect_timeout_s=RESTORE_CONNECT_TIMEOUT_S,
+                error_cb=ignore,
+                disconnected_cb=ignore,
+                closed_cb=ignore,
+                name=f"volfsm-{s.node}-restore",
+                **s.nats_options,
+            )
+        except (NatsSetupError, ConnectionError) as exc:
+            raise ServiceStartError(f"--restore-from-stream: {exc}") from None
+        try:
+            result = await restore_from_stream(self.log, nc.jetstream(), s.stream, s.node)
+        except (LogRestoreError, RestoreError, NatsSetupError, nats.errors.Error) as exc:
+            raise ServiceStartError(f"--restore-from-stream: {exc}") from None
+        finally:
+            await nc.close()
+        if result.restored:
+            self._log.warning(
+                "log restored from stream {}: seq {}..{} ({} events) put back after seq {}",
+                s.stream,
+                result.log_last_seq + 1,
+                result.stream_last_seq,
+                result.restored,
+                result.log_last_seq,
+            )
+        else:
+            self._log.info(
+                "--restore-from-stream: the log (seq {}) already holds every event stream {}"
+                " has of this node (seq {}); nothing to restore",
+                result.log_last_seq,
+                s.stream,
+                result.stream_last_seq,
+            )
 
     def _start_nats(self) -> None:
         """Use --nats, or start the embedded server (in this thread: it dies with it)."""

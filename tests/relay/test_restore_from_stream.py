@@ -1,0 +1,69 @@
+"""`restore_from_stream`: the node's events copied back from a real JetStream, or refused."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import nats
+import pytest
+from nats.js import JetStreamContext
+
+from events.log import EventLog
+from tests.relay.conftest import MakeRelay
+from tests.relay.helpers import NODE, STREAM, append_events
+from volfsm.natsutil import NatsServer
+from volfsm.service.restore import RESTORE_CHUNK, LogRestoreError, restore_from_stream
+
+
+@pytest.fixture
+async def js(nats_server: NatsServer) -> AsyncIterator[JetStreamContext]:
+    nc = await nats.connect(nats_server.url)
+    yield nc.jetstream()
+    await nc.close()
+
+
+async def published(make_relay: MakeRelay, url: str, log: EventLog, n: int) -> None:
+    """Append n events to `log` and let a relay put them all in the stream."""
+    await append_events(log, n)
+    relay = make_relay(url, log=log)
+    await relay.start()
+    await relay.stop(flush_timeout=30)
+    assert relay.lag() == 0
+
+
+async def test_more_than_one_chunk_comes_back_in_order(
+    tmp_path: Path, nats_server: NatsServer, js: JetStreamContext, event_log: EventLog,
+    make_relay: MakeRelay,
+) -> None:  # fmt: skip
+    await published(make_relay, nats_server.url, event_log, RESTORE_CHUNK + 300)
+    with EventLog(tmp_path / "new.db", node=NODE) as new:
+        result = await restore_from_stream(new, js, STREAM, NODE)
+        assert (result.log_last_seq, result.restored) == (0, RESTORE_CHUNK + 300)
+        assert list(new.read_after(0)) == list(event_log.read_after(0))
+        again = await restore_from_stream(new, js, STREAM, NODE)
+        assert again.restored == 0 and again.stream_last_seq == new.last_seq()
+
+
+async def test_events_dropped_by_retention_cannot_be_restored(
+    tmp_path: Path, nats_server: NatsServer, js: JetStreamContext, event_log: EventLog,
+    make_relay: MakeRelay,
+) -> None:  # fmt: skip
+    await published(make_relay, nats_server.url, event_log, 40)
+    await js.purge_stream(STREAM, keep=30)  # what max_msgs or max_age would do
+    with EventLog(tmp_path / "new.db", node=NODE) as new:
+        with pytest.raises(LogRestoreError, match=r"the log is empty; the stream's next is seq 11"):
+            await restore_from_stream(new, js, STREAM, NODE)
+        assert new.last_seq() == 0
+    # A backup ending at 10: the stream no longer has seq 10 to compare it with
+    with EventLog(tmp_path / "old.db", node=NODE) as old:
+        old.restore(list(event_log.read_after(0, 10)))
+        with pytest.raises(LogRestoreError, match="no longer holds event seq 10 of node n1"):
+            await restore_from_stream(old, js, STREAM, NODE)
+        assert old.last_seq() == 10
+    # A backup ending at 15 is checked against the stream's seq 15 and gets 16..40 back
+    with EventLog(tmp_path / "backup.db", node=NODE) as backup:
+        backup.restore(list(event_log.read_after(0, 15)))
+        result = await restore_from_stream(backup, js, STREAM, NODE)
+        assert (result.log_last_seq, result.restored) == (15, 25)
+        assert list(backup.read_after(0)) == list(event_log.read_after(0))

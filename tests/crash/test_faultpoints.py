@@ -191,6 +191,14 @@ async def test_in_flight_kills_as_a_quick_call_returns_naming_pod_and_volume(
 # ------------------------------------------------------------------ the real thing
 
 
+def run_python(code: str, spec: str) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter with VOLFSM_FAULT_POINT=spec."""
+    env = {**os.environ, ENV_VAR: spec, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
 def test_the_env_var_arms_a_real_sigkill_with_a_line_on_stderr() -> None:
     code = (
         "from volfsm import faultpoints\n"
@@ -199,10 +207,7 @@ def test_the_env_var_arms_a_real_sigkill_with_a_line_on_stderr() -> None:
         "faultpoints.hit('driver.before', 'SetUp')\n"
         "print('survived two', flush=True)\n"
     )
-    env = {**os.environ, ENV_VAR: "driver.before/set_up@2", "PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
+    done = run_python(code, "driver.before/set_up@2")
     assert done.returncode == -signal.SIGKILL
     assert done.stdout == "survived one\n"
     assert done.stderr.endswith("volfsm: fault point driver.before SetUp: SIGKILL\n")
@@ -215,10 +220,7 @@ def test_a_bad_env_spec_leaves_the_process_disarmed_and_says_why() -> None:
         "faultpoints.hit('driver.before', 'SetUp')\n"
         "print('survived', flush=True)\n"
     )
-    env = {**os.environ, ENV_VAR: "driver.before@many", "PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
+    done = run_python(code, "driver.before@many")
     assert done.returncode == 0, done.stderr
     assert done.stdout == (
         "None|fault point count 'many' in 'driver.before@many' is not a number\nsurvived\n"

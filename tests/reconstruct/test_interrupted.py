@@ -68,6 +68,30 @@ def crash_engine(node: Node, objects: list[dict[str, object]], fault: str) -> st
     return done.stderr
 
 
+def mount_started(
+    node: Node, scripted: ScriptedPlugin, *, staged: bool = False
+) -> tuple[EventLog, CommandHandler, str, str]:
+    """A log where pod u1's CSI volume "data" has a volume_mount started (no outcome).
+
+    (log, its handler, volume id, pod-volume stream); the log is left open to add to.
+    """
+    vid = csi_volume_id(scripted.driver, "h1")
+    log = EventLog(node.db, node=NODE)
+    handler = CommandHandler(log)
+    source = VolumeSource(plugin="kubernetes.io/csi", driver=scripted.driver, volume_handle="h1")
+    volume = DesiredVolume(name="data", volume_id=vid, source=source, pv_name="pv1")
+    added = PodAdded(pod_uid="u1", namespace="default", name="p", volumes=(volume,))
+    handler.record("pod/u1", [added])
+    if staged:
+        plugin = f"kubernetes.io/csi:{scripted.driver}"
+        handler.fire(device_stream(vid), "attach", DeviceAttached(volume_id=vid, plugin=plugin))
+        handler.fire(device_stream(vid), "mount_device", DeviceMounted(volume_id=vid))
+    stream = podvol_stream("u1", "data")
+    started = OperationStarted(op_id="op-1", operation="volume_mount", volume_id=vid, pod_uid="u1")
+    handler.record(stream, [started])
+    return log, handler, vid, stream
+
+
 def start_seq(log: EventLog, stream: str) -> tuple[int, str]:
     """(seq, op_id) of the last OperationStarted on a stream."""
     [env] = [e for e in log.read_stream(stream) if isinstance(e.body, OperationStarted)][-1:]
@@ -165,16 +189,7 @@ async def test_an_operation_whose_transition_was_recorded_keeps_its_state(
     node: Node, scripted: ScriptedPlugin
 ) -> None:
     # Arrange: the mount's VolumeMounted is in the log, its OperationSucceeded is not
-    vid = csi_volume_id(scripted.driver, "h1")
-    log = EventLog(node.db, node=NODE)
-    handler = CommandHandler(log)
-    source = VolumeSource(plugin="kubernetes.io/csi", driver=scripted.driver, volume_handle="h1")
-    volume = DesiredVolume(name="data", volume_id=vid, source=source, pv_name="pv1")
-    added = PodAdded(pod_uid="u1", namespace="default", name="p", volumes=(volume,))
-    handler.record("pod/u1", [added])
-    stream = podvol_stream("u1", "data")
-    started = OperationStarted(op_id="op-1", operation="volume_mount", volume_id=vid, pod_uid="u1")
-    handler.record(stream, [started])
+    log, handler, vid, stream = mount_started(node, scripted)
     mounted = VolumeMounted(volume_id=vid, pod_uid="u1", volume_name="data")
     handler.fire(stream, "mount", mounted)
     log.close()
@@ -198,20 +213,7 @@ async def test_an_interrupted_publish_stays_uncertain_on_a_final_error_and_is_un
     # Arrange: a staged volume whose NodePublish was running when the process died (the
     # publish may have mounted); the retry after the restart fails with a final error,
     # the one after that waits on a gate
-    vid = csi_volume_id(scripted.driver, "h1")
-    log = EventLog(node.db, node=NODE)
-    handler = CommandHandler(log)
-    plugin = f"kubernetes.io/csi:{scripted.driver}"
-    source = VolumeSource(plugin="kubernetes.io/csi", driver=scripted.driver, volume_handle="h1")
-    volume = DesiredVolume(name="data", volume_id=vid, source=source, pv_name="pv1")
-    handler.record(
-        "pod/u1", [PodAdded(pod_uid="u1", namespace="default", name="p", volumes=(volume,))]
-    )
-    handler.fire(device_stream(vid), "attach", DeviceAttached(volume_id=vid, plugin=plugin))
-    handler.fire(device_stream(vid), "mount_device", DeviceMounted(volume_id=vid))
-    stream = podvol_stream("u1", "data")
-    started = OperationStarted(op_id="op-1", operation="volume_mount", volume_id=vid, pod_uid="u1")
-    handler.record(stream, [started])
+    log, _, vid, stream = mount_started(node, scripted, staged=True)
     log.close()
     gate = asyncio.Event()
     scripted.script("set_up", final("FailedPrecondition", "refused after the crash"), hang(gate))

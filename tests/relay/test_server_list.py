@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from volfsm.natsutil.connect import connect_once, split_servers
@@ -57,3 +59,32 @@ async def test_connect_once_names_every_dead_server() -> None:
             disconnected_cb=_noop,
             closed_cb=_noop,
         )
+
+
+async def test_the_cli_client_skips_a_dead_server_and_names_all_when_none_answers(
+    nats_server: NatsServer,
+) -> None:
+    import nats as nats_py
+
+    from volfsm.service.client import ServiceClient, ServiceUnreachableError, Target
+
+    # Arrange: something answering node n1's get on the live server
+    responder = await nats_py.connect(nats_server.url)
+
+    async def answer(msg: Any) -> None:
+        await msg.respond(b'{"ok": true, "result": {"what": "pods", "items": []}}')
+
+    await responder.subscribe("volfsm.n1.cmd.get", cb=answer)
+    await responder.flush()
+    dead = f"nats://127.0.0.1:{free_port()}"
+    try:
+        # Act / Assert: the first server is dead; the client goes on to the next
+        async with ServiceClient(Target(f"{dead},{nats_server.url}", "n1"), timeout=5) as client:
+            reply = await client.request_raw("get", b'{"what": "pods"}')
+        assert b'"items": []' in reply
+        # Act / Assert: none answers: one error naming how many were tried
+        with pytest.raises(ServiceUnreachableError, match="cannot reach any of 2 NATS servers"):
+            async with ServiceClient(Target(f"{dead},{dead}", "n1"), timeout=2):
+                pass
+    finally:
+        await responder.close()

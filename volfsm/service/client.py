@@ -25,7 +25,8 @@ from nats.aio.client import Client as NATS
 
 from events.subjects import SubjectError, check_token, command_subject
 from volfsm.errors import VolfsmError
-from volfsm.natsutil.connect import is_refusal, split_servers
+from volfsm.natsutil.connect import connect_once
+from volfsm.natsutil.errors import NatsAuthError
 from volfsm.paths import data_dir as default_data_dir
 from volfsm.service.config import (
     NATS_URL_FILENAME,
@@ -120,33 +121,33 @@ class ServiceClient:
         self._nc: NATS | None = None
 
     async def connect(self) -> None:
-        """Connect once (no reconnects); ServiceUnreachableError if NATS cannot be reached."""
-        url = self.target.url
-        errors: list[Exception] = []
+        """Connect once (no reconnects), trying each server of the URL list in turn.
 
-        async def on_error(exc: Exception) -> None:
-            errors.append(exc)
+        ServiceUnreachableError if no server can be reached or the one reached refuses us.
+        """
+        url = self.target.url
+
+        async def ignore(*_: object) -> None:
+            return None
 
         try:
-            self._nc = await nats.connect(
-                servers=split_servers(url),
-                allow_reconnect=False,
-                max_reconnect_attempts=1,
-                connect_timeout=min(self.timeout, 5.0),
-                error_cb=on_error,
+            self._nc = await connect_once(
+                url,
+                connect_timeout_s=min(self.timeout, 5.0),
+                error_cb=ignore,
+                disconnected_cb=ignore,
+                closed_cb=ignore,
                 name="volfsm-cli",
                 **self.target.options,
             )
-        except Exception as exc:
-            cause: BaseException = errors[-1] if errors else exc
-            if is_refusal(cause):
-                raise ServiceUnreachableError(
-                    f"NATS at {url} refused the connection ({cause}): check --nats-user/"
-                    "--nats-password, --nats-token, --nats-creds or the TLS options"
-                ) from None
+        except NatsAuthError as exc:
             raise ServiceUnreachableError(
-                f"cannot reach NATS at {url} ({cause or type(cause).__name__}): is "
-                "`volfsm serve` running, and is this its --nats URL?"
+                f"{exc} (--nats-user/--nats-password, --nats-token, --nats-creds, --nats-tls-*)"
+            ) from None
+        except (ConnectionError, nats.errors.Error, OSError) as exc:
+            raise ServiceUnreachableError(
+                f"{exc or type(exc).__name__}: is `volfsm serve` running, and is this its"
+                " --nats URL?"
             ) from None
 
     async def close(self) -> None:

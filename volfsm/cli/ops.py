@@ -3,14 +3,17 @@
 They find the service through `--nats` (or `$VOLFSM_NATS`, or the
 `nats.url` file the service writes in its data dir) and `--node` (or
 `$VOLFSM_NODE`, the data dir's `node` file, the host name): every command
-takes the same connection options, gathered in `ServiceOptions`, and talks
-to the service through `_call`. Exit codes: 0 done, 1 the service refused
+takes the same connection options (declared once, added by
+`service_command`, gathered in `ServiceOptions`) and talks to the service
+through `_call`. Exit codes: 0 done, 1 the service refused
 or could not be reached (or a wait timed out), 2 a bad argument or file.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, fields
@@ -110,7 +113,7 @@ class ServiceOptions:
 
     @classmethod
     def of(cls, params: Mapping[str, Any]) -> ServiceOptions:
-        """The connection options among a command's parameters (pass it `locals()`)."""
+        """The connection options among a command's parameters."""
         return cls(**{f.name: params[f.name] for f in fields(cls)})
 
     def target(self) -> Target:
@@ -132,6 +135,48 @@ class ServiceOptions:
             fail(str(exc))
         except ServiceUnreachableError as exc:
             _failed(str(exc))
+
+
+_SERVICE_PARAMETERS = [
+    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+    for name, annotation, default in (
+        ("nats", NatsOpt, None),
+        ("node", NodeOpt, None),
+        ("data_dir", DataDirOpt, None),
+        ("request_timeout", TimeoutOpt, DEFAULT_TIMEOUT_S),
+        ("nats_user", UserOpt, None),
+        ("nats_password", PasswordOpt, None),
+        ("nats_token", TokenOpt, None),
+        ("nats_creds", CredsOpt, None),
+        ("nats_tls_ca", CaOpt, None),
+        ("nats_tls_cert", CertOpt, None),
+        ("nats_tls_key", KeyOpt, None),
+    )
+]
+"""The options every service command takes, one per `ServiceOptions` field."""
+
+
+def service_command(command: Callable[..., None]) -> Callable[..., None]:
+    """Give `command` the options that find the service; it receives them as `opts`.
+
+    Typer reads a command's options from its signature: the wrapper's is the
+    command's own parameters (without `opts`) plus `_SERVICE_PARAMETERS`, so
+    the eleven options are declared once instead of in every command.
+    """
+    own = [
+        p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "opts"
+    ]
+    names = {p.name for p in _SERVICE_PARAMETERS}
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> None:
+        opts = ServiceOptions.of(kwargs)
+        command(opts=opts, **{k: v for k, v in kwargs.items() if k not in names})
+
+    parameters = [*own, *_SERVICE_PARAMETERS]
+    wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
+    setattr(wrapper, "__signature__", inspect.Signature(parameters, return_annotation=None))  # noqa: B010
+    return wrapper
 
 
 def _failed(message: str) -> NoReturn:
@@ -302,6 +347,7 @@ def print_volumes(reply: dict[str, Any]) -> None:
 # ----------------------------------------------------------------- commands
 
 
+@service_command
 def apply(
     filename: Annotated[
         list[str],
@@ -321,17 +367,8 @@ def apply(
         ),
     ] = False,
     output: OutputOpt = Output.table,
-    nats: NatsOpt = None,
-    node: NodeOpt = None,
-    data_dir: DataDirOpt = None,
-    request_timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
-    nats_user: UserOpt = None,
-    nats_password: PasswordOpt = None,
-    nats_token: TokenOpt = None,
-    nats_creds: CredsOpt = None,
-    nats_tls_ca: CaOpt = None,
-    nats_tls_cert: CertOpt = None,
-    nats_tls_key: KeyOpt = None,
+    *,
+    opts: ServiceOptions,
 ) -> None:
     """Apply PersistentVolumes, PersistentVolumeClaims and Pods (all or nothing)."""
     objects: list[dict[str, Any]] = []
@@ -342,7 +379,6 @@ def apply(
             fail(str(exc))
     if not objects and not complete:
         fail(f"no objects in {', '.join(filename)}")
-    opts = ServiceOptions.of(locals())
     reply = _call(opts, lambda c: c.apply(objects, complete=complete))
     if output is Output.json:
         print_json(reply)
@@ -360,22 +396,14 @@ delete_app = typer.Typer(help="Remove objects from the node's desired state.", n
 
 
 @delete_app.command("pod")
+@service_command
 def delete_pod(
     pod: Annotated[
         str | None, typer.Argument(help="NAMESPACE/NAME (or NAME in default).", show_default=False)
     ] = None,
     uid: Annotated[str | None, typer.Option("--uid", help="Delete by pod UID instead.")] = None,
-    nats: NatsOpt = None,
-    node: NodeOpt = None,
-    data_dir: DataDirOpt = None,
-    request_timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
-    nats_user: UserOpt = None,
-    nats_password: PasswordOpt = None,
-    nats_token: TokenOpt = None,
-    nats_creds: CredsOpt = None,
-    nats_tls_ca: CaOpt = None,
-    nats_tls_cert: CertOpt = None,
-    nats_tls_key: KeyOpt = None,
+    *,
+    opts: ServiceOptions,
 ) -> None:
     """Delete a pod: its volumes are then unmounted (`volfsm wait pod --for unmounted`)."""
     if (pod is None) == (uid is None):
@@ -387,7 +415,7 @@ def delete_pod(
         assert pod is not None
         namespace, name = _split_name(pod)
         body, shown = {"namespace": namespace, "name": name}, f"{namespace}/{name}"
-    _call(ServiceOptions.of(locals()), lambda c: c.request("delete", body))
+    _call(opts, lambda c: c.request("delete", body))
     print_line(f"pod/{shown} deleted")
 
 
@@ -407,26 +435,18 @@ _WHAT_ALIASES = {
 }
 
 
+@service_command
 def get(
     what: Annotated[str, typer.Argument(help="pods or volumes.", metavar="pods|volumes")],
     output: OutputOpt = Output.table,
-    nats: NatsOpt = None,
-    node: NodeOpt = None,
-    data_dir: DataDirOpt = None,
-    request_timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
-    nats_user: UserOpt = None,
-    nats_password: PasswordOpt = None,
-    nats_token: TokenOpt = None,
-    nats_creds: CredsOpt = None,
-    nats_tls_ca: CaOpt = None,
-    nats_tls_cert: CertOpt = None,
-    nats_tls_key: KeyOpt = None,
+    *,
+    opts: ServiceOptions,
 ) -> None:
     """List pods (per volume: state, last operation, last error, next retry) or volumes."""
     key = _WHAT_ALIASES.get(what.lower(), what.lower())
     if key not in (What.pods, What.volumes):
         raise typer.BadParameter(f"{what!r}: expected pods or volumes", param_hint="WHAT")
-    reply = _call(ServiceOptions.of(locals()), lambda c: c.request("get", {"what": key}))
+    reply = _call(opts, lambda c: c.request("get", {"what": key}))
     if output is Output.json:
         print_json(reply)
     elif key == What.pods:
@@ -485,6 +505,7 @@ wait_app = typer.Typer(help="Wait for a condition on the node.", no_args_is_help
 
 
 @wait_app.command("pod")
+@service_command
 def wait_pod(
     pod: Annotated[str, typer.Argument(help="NAMESPACE/NAME (or NAME in default).")],
     for_: Annotated[
@@ -493,21 +514,11 @@ def wait_pod(
     timeout: Annotated[
         float, typer.Option("--timeout", min=0, help="Give up after this many seconds.")
     ] = 60.0,
-    nats: NatsOpt = None,
-    node: NodeOpt = None,
-    data_dir: DataDirOpt = None,
-    request_timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
-    nats_user: UserOpt = None,
-    nats_password: PasswordOpt = None,
-    nats_token: TokenOpt = None,
-    nats_creds: CredsOpt = None,
-    nats_tls_ca: CaOpt = None,
-    nats_tls_cert: CertOpt = None,
-    nats_tls_key: KeyOpt = None,
+    *,
+    opts: ServiceOptions,
 ) -> None:
     """Wait until a pod's volumes are all mounted, or all unmounted (polls `get`)."""
     namespace, name = _split_name(pod)
-    opts = ServiceOptions.of(locals())
     query = {"what": "pods", "namespace": namespace, "name": name}
 
     async def poll(client: ServiceClient) -> tuple[bool, list[dict[str, Any]]]:

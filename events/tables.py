@@ -136,7 +136,7 @@ PODVOL_FSM = FsmTable(
 TABLES: dict[str, FsmTable] = {DEVICE_FSM.name: DEVICE_FSM, PODVOL_FSM.name: PODVOL_FSM}
 
 OPERATION_EVENTS = frozenset({"OperationStarted", "OperationSucceeded", "OperationFailed"})
-DESIRED_EVENTS = frozenset({"PodAdded", "PodRemoved", "DesiredSizeChanged"})
+DESIRED_EVENTS = frozenset({"PodAdded", "PodRemoved", "PodCleanedUp", "DesiredSizeChanged"})
 
 
 def table_for_stream_kind(kind: str) -> FsmTable | None:

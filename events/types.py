@@ -73,6 +73,21 @@ class PodRemoved(Body, frozen=True, kw_only=True):
     name: str
 
 
+class PodCleanedUp(Body, frozen=True, kw_only=True):
+    """A removed pod is done with: its volumes unmounted, its pod dir removed.
+
+    Recorded by the reconciler after it removed the pod dir. Folds forget
+    the pod: the ASW drops its Unmounted pod-volume entries (`volume_names`)
+    and the engine's index its spec, so the state a restart rebuilds holds
+    what is on the node, not every pod the node ever ran (the kubelet drops
+    a pod from its actual state once its volumes are unmounted).
+    """
+
+    KIND = "desired"
+    pod_uid: str
+    volume_names: tuple[str, ...] = ()
+
+
 class DesiredSizeChanged(Body, frozen=True, kw_only=True):
     """A volume's desired size changed (PV capacity grew): expansion wanted."""
 
@@ -231,6 +246,7 @@ class OperationFailed(Body, frozen=True, kw_only=True):
 Event = (
     PodAdded
     | PodRemoved
+    | PodCleanedUp
     | DesiredSizeChanged
     | DeviceAttached
     | DeviceMounted
@@ -251,6 +267,7 @@ EVENT_TYPES: dict[str, type[Body]] = {
     for cls in (
         PodAdded,
         PodRemoved,
+        PodCleanedUp,
         DesiredSizeChanged,
         DeviceAttached,
         DeviceMounted,

@@ -29,6 +29,7 @@ from events.types import (
     OperationStarted,
     OperationSucceeded,
     PodAdded,
+    PodCleanedUp,
     PodRemoved,
     VolumeMounted,
     VolumeMountUncertain,
@@ -258,6 +259,12 @@ class Asw:
             self.desired_pods[body.pod_uid] = body
         elif isinstance(body, PodRemoved):
             self.desired_pods.pop(body.pod_uid, None)
+        elif isinstance(body, PodCleanedUp):
+            podvols = self.podvols
+            for name in body.volume_names:
+                pv = podvols.get((body.pod_uid, name))
+                if pv is not None and pv.state == PODVOL_FSM.initial:
+                    del podvols[(body.pod_uid, name)]
         elif isinstance(body, DesiredSizeChanged):
             self.desired_sizes[body.volume_id] = body.size_bytes
 

@@ -3,7 +3,7 @@
 All criteria given must hold (streams and types each match any of their
 values). "Events of a volume" are its device stream, the pod-volume streams
 whose events name it, the desired-state events that name it, and the
-PodRemoved of pods that had it. The filter reads the log once, in order:
+PodRemoved and PodCleanedUp of pods that had it. The filter reads the log once, in order:
 a pod-volume stream joins the volume at its first event naming the volume
 (in practice its first event: OperationStarted and every transition name it).
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from events.streams import device_stream, pod_stream, stream_kind
-from events.types import DesiredSizeChanged, Envelope, PodAdded, PodRemoved
+from events.types import DesiredSizeChanged, Envelope, PodAdded, PodCleanedUp, PodRemoved
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ class _VolumeLinks:
                 self.pods.add(body.pod_uid)
                 return True
             return False
-        return isinstance(body, PodRemoved) and body.pod_uid in self.pods
+        return isinstance(body, PodRemoved | PodCleanedUp) and body.pod_uid in self.pods
 
 
 def _in_pod(env: Envelope, pod_uid: str) -> bool:

@@ -35,6 +35,7 @@ from events.types import (
     OperationStarted,
     OperationSucceeded,
     PodAdded,
+    PodCleanedUp,
     PodRemoved,
     VolumeMounted,
     VolumeMountUncertain,
@@ -275,6 +276,7 @@ class Story:
         self._tellers: dict[str, Callable[[Envelope], StoryLine]] = {
             "PodAdded": self._pod_added,
             "PodRemoved": self._pod_removed,
+            "PodCleanedUp": self._pod_cleaned_up,
             "DesiredSizeChanged": self._size_wanted,
             "OperationStarted": self._op_started,
             "OperationSucceeded": self._op_succeeded,
@@ -377,6 +379,14 @@ class Story:
             pv = podvols.get((pod_uid, vol.name))
             found.append((vol.name, pv.state if pv is not None else UNMOUNTED))
         return found
+
+    def _pod_cleaned_up(self, env: Envelope) -> StoryLine:
+        body = env.body
+        assert isinstance(body, PodCleanedUp)
+        self.asw.apply(env)
+        forgot = ", ".join(body.volume_names) or "no volume entries"
+        text = f"pod cleaned up: volumes unmounted, pod dir removed; forgets {forgot}"
+        return StoryLine(env.seq, env.ts, env.stream, env.type, self.subject(env.stream), text)
 
     def _size_wanted(self, env: Envelope) -> StoryLine:
         body = env.body

@@ -9,8 +9,9 @@ Checks, in `seq` order, and stops at the first violation:
   state); operation records may appear in any state, but an
   OperationSucceeded/Failed must answer an open OperationStarted with the
   same `op_id` on the same stream; no other event type belongs there;
-* desired-state streams (`pod/<uid>`): only desired-state events, and a
-  PodRemoved only while the pod is added.
+* desired-state streams (`pod/<uid>`): only desired-state events, a
+  PodRemoved only while the pod is added, a PodCleanedUp only once it was
+  removed.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class _StreamState:
     version: int = 0
     state: str = ""
     open_ops: set[str] = field(default_factory=set)
+    removed: bool = False
+    """pod streams: a PodRemoved was seen."""
 
 
 class Validator:
@@ -149,6 +152,11 @@ def _check_desired_event(env: Envelope, st: _StreamState) -> str | None:
         if st.state != "Added":
             return "PodRemoved without a PodAdded before it"
         st.state = "Removed"
+        st.removed = True
+    elif env.type == "PodCleanedUp" and not st.removed:
+        # After a removal only: the same uid may be added again before the cleanup is
+        # recorded (the fold forgets only Unmounted entries, so that changes nothing).
+        return "PodCleanedUp of a pod that was never removed"
     return None
 
 

@@ -7,7 +7,8 @@ import pytest
 
 from events.codec import envelope_to_json
 from events.errors import UnknownEventError
-from events.types import EVENT_TYPES, Envelope
+from events.streams import pod_stream
+from events.types import EVENT_TYPES, Envelope, PodCleanedUp
 from projections.analytics import (
     PHASES,
     STAGE_OF,
@@ -25,6 +26,8 @@ from volfsm.engine import operations
 def sample_envelopes() -> list[Envelope]:
     sim = SimNode("n9")
     mixed_workload(sim, pods=60, seed=3)
+    uid = "n9-pod0"
+    sim.emit(pod_stream(uid), PodCleanedUp(pod_uid=uid, volume_names=("v0",)), 1_000)
     return node1() + node2() + sim.envs
 
 

@@ -35,6 +35,7 @@ from events.types import (
     OperationStarted,
     OperationSucceeded,
     PodAdded,
+    PodCleanedUp,
     PodRemoved,
     VolumeMounted,
     VolumeMountUncertain,
@@ -152,7 +153,10 @@ def draw_step(r: Any) -> Step:
     if what <= 1:
         return pod_stream(uid), [_pod_added(r, uid)]
     if what == 2:
-        return pod_stream(uid), [PodRemoved(pod_uid=uid, namespace="ns", name="a")]
+        removed: list[Body] = [PodRemoved(pod_uid=uid, namespace="ns", name="a")]
+        if r.randint(0, 2) == 0:  # and cleaned up: the fold forgets its Unmounted entries
+            removed.append(PodCleanedUp(pod_uid=uid, volume_names=NAMES))
+        return pod_stream(uid), removed
     if what == 3:
         return pod_stream(uid), [
             DesiredSizeChanged(volume_id=r.choice(VOLUMES), size_bytes=r.choice((GI, 3 * GI)))

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from events import log as log_module
 from events.log import ANY_VERSION, EventLog
 from events.streams import device_stream, pod_stream, podvol_stream
 from events.types import (
@@ -121,7 +122,7 @@ def check_prefix(path: Path, expect_last: int) -> None:
 
 
 @pytest.fixture
-def torn(tmp_path: Path) -> tuple[Path, bytes, bytes, int, int]:
+def torn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, bytes, bytes, int, int]:
     """A log's main file and WAL right after a large append, and where that append starts.
 
     Returns (dir, main file bytes, WAL bytes, WAL offset before the append,
@@ -133,7 +134,9 @@ def torn(tmp_path: Path) -> tuple[Path, bytes, bytes, int, int]:
             mounted_pod(log, i)
         log.append("device/big", ANY_VERSION, big_bodies("a", 10))
     # Closed: everything checkpointed into the main file. Now one large append, copied
-    # before anything else touches the WAL (the index flush comes later, and is not copied).
+    # before anything else touches the WAL: the writer's idle index flush is held off, so
+    # a slow test thread cannot let it commit between the append and the copy.
+    monkeypatch.setattr(log_module, "_INDEX_IDLE_S", 3600.0)
     log = EventLog(path, node="n1", clock=StepClock())
     try:
         committed = log.last_seq()

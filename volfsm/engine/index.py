@@ -28,6 +28,7 @@ from events.types import (
     DeviceDetached,
     Envelope,
     PodAdded,
+    PodCleanedUp,
     PodRemoved,
     VolumeMounted,
     VolumeMountUncertain,
@@ -104,6 +105,7 @@ class EngineIndex:
                 VolumeUnmounted: self._on_released,
                 PodAdded: self._on_pod_added,
                 PodRemoved: self._on_pod_removed,
+                PodCleanedUp: self._on_pod_cleaned_up,
                 DeviceDetached: self._on_detached,
             }
         )
@@ -125,6 +127,10 @@ class EngineIndex:
 
     def _on_pod_removed(self, body: PodRemoved, _: int) -> tuple[str, ...]:
         return self._remove_pod(body.pod_uid)
+
+    def _on_pod_cleaned_up(self, body: PodCleanedUp, _: int) -> tuple[str, ...]:
+        self.forget_pod(body.pod_uid)
+        return ()
 
     def _on_desired(self, body: Any, _: int) -> tuple[str, ...]:  # DesiredSizeChanged
         return (getattr(body, "volume_id", ""),)

@@ -46,8 +46,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from events.errors import VolfsmEventsError
+from events.streams import pod_stream
 from events.tables import ATTACHED, GLOBALLY_MOUNTED, MOUNTED, UNCERTAIN, UNMOUNTED
-from events.types import DesiredVolume, PodAdded
+from events.types import DesiredVolume, PodAdded, PodCleanedUp
 from projections.asw import Asw
 from volfsm.engine.config import EngineConfig
 from volfsm.engine.executor import Operation, OperationExecutor
@@ -439,8 +441,35 @@ class Reconciler:
                 ready.append(uid)
         if ready:
             self._dir_cleanup = asyncio.get_running_loop().create_task(
-                asyncio.to_thread(self._remove_pod_dirs, ready)
+                self._clean_and_record(ready)
             )
+
+    async def _clean_and_record(self, uids: list[str]) -> None:
+        """Remove the pod dirs; record `PodCleanedUp` for each removed pod the log knows.
+
+        Pods only reconstruction knows (found on the node, the log lost) have
+        no pod stream: nothing to record for them.
+        """
+        removed = await asyncio.to_thread(self._remove_pod_dirs, uids)
+        log_ = self.ops.handler.log
+        logged = await asyncio.to_thread(
+            lambda: [uid for uid in removed if log_.stream_version(pod_stream(uid)) > 0]
+        )
+        done = [uid for uid in logged if uid not in self.dsw.pods]
+        if not done:
+            return
+        names: dict[str, list[str]] = {uid: [] for uid in done}
+        for uid, name in self.asw.podvols:  # one pass for the batch
+            entry = names.get(uid)
+            if entry is not None:
+                entry.append(name)
+        for uid in done:
+            body = PodCleanedUp(pod_uid=uid, volume_names=tuple(sorted(names[uid])))
+            try:
+                await self.ops.handler.record_async(pod_stream(uid), [body])
+            except (VolfsmError, VolfsmEventsError) as exc:  # closing: the next start redoes it
+                log.warning("pod %s cleaned up, but that could not be recorded: %s", uid, exc)
+                return
 
     def _pod_busy(self, uid: str) -> bool:
         pod = self.index.pod_spec(uid)
@@ -464,7 +493,9 @@ class Reconciler:
                         return True
         return False
 
-    def _remove_pod_dirs(self, uids: list[str]) -> None:
+    def _remove_pod_dirs(self, uids: list[str]) -> list[str]:
+        """Remove each pod's dir; the uids whose dir is gone."""
+        removed = []
         for uid in uids:
             try:
                 self.layout.remove_pod_dir(uid)
@@ -473,6 +504,8 @@ class Reconciler:
                 log.warning("orphaned pod %s: its dir stays: %s", uid, exc)
             else:
                 self.pod_dir_failures.pop(uid, None)
+                removed.append(uid)
+        return removed
 
     # ------------------------------------------------------------------ loop
 

@@ -1251,8 +1251,7 @@ class Reconstructor:
         try:
             await asyncio.to_thread(self._remove_orphan, orphan)
         except (VolfsmError, OSError) as exc:
-            orphan.status = "failed"
-            orphan.error = str(exc)
+            status, orphan.error = "failed", str(exc)
             end = OperationFailed(
                 op_id=op_id,
                 operation=ORPHAN_CLEANUP,
@@ -1264,7 +1263,7 @@ class Reconstructor:
             log.error("orphan %s could not be cleaned up (%s); it stays: %s", orphan.path,
                       orphan.why, exc)  # fmt: skip
         else:
-            orphan.status = "cleaned"
+            status = "cleaned"
             end = OperationSucceeded(
                 op_id=op_id,
                 operation=ORPHAN_CLEANUP,
@@ -1272,6 +1271,7 @@ class Reconstructor:
             )
             log.info("orphan %s cleaned up (%s)", orphan.path, orphan.why)
         await self.handler.record_async(orphan.stream, [end])
+        orphan.status = status  # only once the outcome is in the log (and `get` shows it)
 
     def _remove_orphan(self, orphan: Orphan) -> None:
         """Unmount what is mounted at or under the path, then remove it (no symlink followed)."""

@@ -9,7 +9,9 @@ import nats
 import pytest
 from nats.js import JetStreamContext
 
+from events.codec import envelope_to_json
 from events.log import EventLog
+from events.subjects import events_subject
 from tests.relay.conftest import MakeRelay
 from tests.relay.helpers import NODE, STREAM, append_events
 from volfsm.natsutil import NatsServer
@@ -52,7 +54,11 @@ async def test_events_dropped_by_retention_cannot_be_restored(
     await published(make_relay, nats_server.url, event_log, 40)
     await js.purge_stream(STREAM, keep=30)  # what max_msgs or max_age would do
     with EventLog(tmp_path / "new.db", node=NODE) as new:
-        with pytest.raises(LogRestoreError, match=r"the log is empty; the stream's next is seq 11"):
+        with pytest.raises(
+            LogRestoreError,
+            match=r"no longer holds events 1\.\.10 of node n1 \(retention dropped"
+            r" them; nothing restored\)",
+        ):
             await restore_from_stream(new, js, STREAM, NODE)
         assert new.last_seq() == 0
     # A backup ending at 10: the stream no longer has seq 10 to compare it with
@@ -67,3 +73,38 @@ async def test_events_dropped_by_retention_cannot_be_restored(
         result = await restore_from_stream(backup, js, STREAM, NODE)
         assert (result.log_last_seq, result.restored) == (15, 25)
         assert list(backup.read_after(0)) == list(event_log.read_after(0))
+
+
+async def test_a_copy_the_stream_holds_twice_is_taken_once(
+    tmp_path: Path, nats_server: NatsServer, js: JetStreamContext, event_log: EventLog,
+    make_relay: MakeRelay,
+) -> None:  # fmt: skip
+    # Arrange: seq 5 published again after its duplicate window (another msg id)
+    await published(make_relay, nats_server.url, event_log, 12)
+    [fifth] = list(event_log.read_after(4, 5))
+    await js.publish(
+        events_subject(NODE, fifth.type), envelope_to_json(fifth), headers={"Nats-Msg-Id": "x"}
+    )
+
+    # Act
+    with EventLog(tmp_path / "new.db", node=NODE) as new:
+        result = await restore_from_stream(new, js, STREAM, NODE)
+
+        # Assert
+        assert result.restored == 12
+        assert list(new.read_after(0)) == list(event_log.read_after(0))
+
+
+async def test_a_hole_in_the_middle_keeps_what_came_before_it(
+    tmp_path: Path, nats_server: NatsServer, js: JetStreamContext, event_log: EventLog,
+    make_relay: MakeRelay,
+) -> None:  # fmt: skip
+    # Arrange: the stream lost node seq 8 (its message deleted)
+    await published(make_relay, nats_server.url, event_log, 12)
+    await js.delete_msg(STREAM, 8)  # stream seq 8 is node seq 8: one node, published in order
+
+    # Act / Assert
+    with EventLog(tmp_path / "new.db", node=NODE) as new:
+        with pytest.raises(LogRestoreError, match=r"events 8\.\.8 .* seq 1\.\.7 restored"):
+            await restore_from_stream(new, js, STREAM, NODE)
+        assert list(new.read_after(0)) == list(event_log.read_after(0, 7))

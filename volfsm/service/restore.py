@@ -71,11 +71,12 @@ async def restore_from_stream(
     ours = list(log.read_after(local_last - 1, local_last)) if local_last else []
     pending: list[Envelope] = []
     restored = 0
+    next_seq = local_last + 1
     checked = local_last == 0
     async for batch in node_history(js, stream, node):
         for env in batch:
-            if env.seq < local_last:
-                continue
+            if env.seq < local_last or (checked and env.seq < next_seq):
+                continue  # before the log's end, or a copy the stream holds twice
             if env.seq == local_last:
                 if not ours or not _same(ours[0], env):
                     raise LogRestoreError(
@@ -85,21 +86,27 @@ async def restore_from_stream(
                     )
                 checked = True
                 continue
-            if not checked and env.seq == local_last + 1:
+            if not checked:
                 raise LogRestoreError(
                     f"stream {stream} no longer holds event seq {local_last} of node {node}"
                     " (retention dropped it), so there is no way to check that this log is"
                     " that node's history; nothing restored"
                 )
-            if not checked or env.seq != local_last + restored + len(pending) + 1:
-                have = f"ends at seq {local_last}" if local_last else "is empty"
+            if env.seq > next_seq:
+                restored += await asyncio.to_thread(log.restore, pending)
+                done = (
+                    f"seq {local_last + 1}..{next_seq - 1} restored"
+                    if restored
+                    else "nothing restored"
+                )
                 raise LogRestoreError(
-                    f"stream {stream} no longer holds the events of node {node} that follow the"
-                    f" log (the log {have}; the stream's next is seq {env.seq}): retention"
-                    " dropped them, so the history cannot be restored; purge the node's"
-                    " subjects from the stream to start a new history"
+                    f"stream {stream} no longer holds events {next_seq}..{env.seq - 1} of node"
+                    f" {node} (retention dropped them; {done}): the rest of the history cannot"
+                    " be restored; purge the node's subjects from the stream to start a new"
+                    " history"
                 )
             pending.append(env)
+            next_seq += 1
         if len(pending) >= RESTORE_CHUNK:
             restored += await asyncio.to_thread(log.restore, pending)
             pending = []

@@ -975,6 +975,8 @@ class Reconstructor:
         return None
 
     def _plan_pod_entries(self, plan: _Plan, scan: NodeScan) -> None:
+        if not scan.entries:
+            return  # no pod volume dir on the node: nothing to match against the log
         held = self._held_entries(plan)
         for entry in scan.entries:
             key = held.get(entry.key)

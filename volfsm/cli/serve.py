@@ -15,7 +15,6 @@ from volfsm import faultpoints
 from volfsm.cli.common import fail
 from volfsm.service.config import CONFIG_ENV, ConfigError, load_config, resolve
 from volfsm.service.logging import configure_logging
-from volfsm.service.serve import serve as run_service
 
 PANEL_NATS = "NATS"
 PANEL_ENGINE = "Engine"
@@ -182,6 +181,8 @@ def serve(
         logger.warning("fault point armed: this process SIGKILLs itself at {}", armed)
     if os.geteuid() != 0:
         logger.warning("not running as root: mounts (tmpfs emptyDir, CSI) will fail")
+    from volfsm.service.serve import serve as run_service  # the engine, gRPC: only to serve
+
     code = asyncio.run(run_service(settings))
     raise typer.Exit(code)
 

@@ -40,15 +40,11 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from events.subjects import EVENTS_WILDCARD, parse_msg_id
+from events.subjects import parse_msg_id
+from volfsm.analytics.defaults import DEFAULT_DURABLE, EVENT_SUBJECTS
 from volfsm.analytics.ingest import UNREADABLE, Ingestor
 from volfsm.analytics.store import AnalyticsStore, Batch
 from volfsm.natsutil.stream import MSG_ID_HEADER
-
-EVENT_SUBJECTS = EVENTS_WILDCARD
-"""Every node's events: `volfsm.<node>.events.<EventType>`."""
-
-DEFAULT_DURABLE = "volfsm-analytics"
 
 
 class StartFrom(StrEnum):

@@ -7,36 +7,20 @@ A Typer sub-app (`app`); the main CLI adds it with
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
 
-import nats
 import typer
-from loguru import logger
-from nats.aio.client import Client
 
-from volfsm.analytics.aggregator import (
+from volfsm.analytics.defaults import (
     DEFAULT_DURABLE,
-    EVENT_SUBJECTS,
-    Aggregator,
-    AggregatorConfig,
-    StartFrom,
-)
-from volfsm.analytics.dashboard import DashboardServer, StoreReportSource
-from volfsm.analytics.report import (
     DEFAULT_LAG_THRESHOLD_S,
     DEFAULT_STUCK_THRESHOLD_S,
-    ReportOptions,
-    print_report,
-    report_document,
-    store_report,
+    EVENT_SUBJECTS,
 )
-from volfsm.analytics.store import AnalyticsStore, StoreError
 from volfsm.analytics.timearg import TIME_HELP, parse_time
-from volfsm.render import print_json
 
 app = typer.Typer(
     help="Cluster-wide storage analytics over every node's events in JetStream.",
@@ -124,6 +108,11 @@ def serve(
     stuck_threshold: StuckOpt = DEFAULT_STUCK_THRESHOLD_S,
 ) -> None:
     """Consume every node's events into the store, exactly once; optionally serve HTTP."""
+    from volfsm.analytics.aggregator import AggregatorConfig, StartFrom
+    from volfsm.analytics.report import ReportOptions
+    from volfsm.analytics.run import serve as run_serve
+    from volfsm.analytics.store import StoreError
+
     if from_start and since is not None:
         fail("--from-start and --since exclude each other")
     config = AggregatorConfig(durable=durable, stream=stream, batch=batch)
@@ -135,64 +124,9 @@ def serve(
     address = _host_port(http) if http is not None else None
     options = ReportOptions(lag_threshold_s=lag_threshold, stuck_threshold_s=stuck_threshold)
     try:
-        asyncio.run(_serve(nats_url, db, config, address, options))
+        asyncio.run(run_serve(nats_url, db, config, address, options))
     except StoreError as exc:
         fail(str(exc))
-
-
-async def _connect(url: str, stop: asyncio.Event) -> Client | None:
-    """Connect (retrying until NATS answers, reconnecting forever after); None if stopped first."""
-
-    async def log_error(exc: Exception) -> None:
-        logger.warning("NATS {}: {}", url, exc or type(exc).__name__)
-
-    connecting = asyncio.ensure_future(
-        nats.connect(
-            servers=url.split(","),
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=2.0,
-            connect_timeout=5.0,
-            error_cb=log_error,
-        )
-    )
-    stopping = asyncio.ensure_future(stop.wait())
-    await asyncio.wait([connecting, stopping], return_when=asyncio.FIRST_COMPLETED)
-    stopping.cancel()
-    if not connecting.done():
-        connecting.cancel()
-        await asyncio.gather(connecting, return_exceptions=True)
-        return None
-    return connecting.result()
-
-
-async def _serve(
-    url: str,
-    db: Path,
-    config: AggregatorConfig,
-    address: tuple[str, int] | None,
-    options: ReportOptions,
-) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    store = AnalyticsStore(db)
-    server: DashboardServer | None = None
-    nc: Client | None = None
-    try:
-        if address is not None:
-            server = DashboardServer(StoreReportSource(db, options), *address)
-            await server.start()
-            print(f"volfsm analytics: dashboard on {server.url}", file=sys.stderr, flush=True)
-        nc = await _connect(url, stop)
-        if nc is not None:
-            await Aggregator(store, nc.jetstream(), config).run(stop)
-    finally:
-        if server is not None:
-            await server.close()
-        if nc is not None:
-            await nc.close()
-        store.close()
 
 
 @app.command()
@@ -209,6 +143,15 @@ def report(
     ] = None,
 ) -> None:
     """The analytics report from a store: operations, failures, Uncertain, nodes, pods."""
+    from volfsm.analytics.report import (
+        ReportOptions,
+        print_report,
+        report_document,
+        store_report,
+    )
+    from volfsm.analytics.store import AnalyticsStore, StoreError
+    from volfsm.render import print_json
+
     options = ReportOptions(
         since_us=time_option(since, "--since"),
         lag_threshold_s=lag_threshold,
@@ -235,6 +178,7 @@ def export_cmd(
 ) -> None:
     """Write the flattened events to a Parquet file (needs pyarrow)."""
     from volfsm.analytics.export import ExportUnavailableError, export_parquet
+    from volfsm.analytics.store import AnalyticsStore, StoreError
 
     since_us = time_option(since, "--since")
     try:

@@ -15,11 +15,9 @@ from typing import Any, TextIO
 import msgspec
 
 from projections.analytics import Report, ReportInputs, build_report
+from volfsm.analytics.defaults import DEFAULT_LAG_THRESHOLD_S, DEFAULT_STUCK_THRESHOLD_S
 from volfsm.analytics.store import AnalyticsStore, IngestCounters
 from volfsm.render import fmt_ts, print_line, print_table
-
-DEFAULT_LAG_THRESHOLD_S = 300.0
-DEFAULT_STUCK_THRESHOLD_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,76 @@
+"""`volfsm analytics serve`'s loop: connect to NATS, consume into the store, serve HTTP.
+
+Kept apart from the CLI so that the other commands (and `volfsm --help`)
+do not import NATS, the aggregator and the dashboard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+import nats
+from loguru import logger
+from nats.aio.client import Client
+
+from volfsm.analytics.aggregator import Aggregator, AggregatorConfig
+from volfsm.analytics.dashboard import DashboardServer, StoreReportSource
+from volfsm.analytics.report import ReportOptions
+from volfsm.analytics.store import AnalyticsStore
+
+
+async def _connect(url: str, stop: asyncio.Event) -> Client | None:
+    """Connect (retrying until NATS answers, reconnecting forever after); None if stopped first."""
+
+    async def log_error(exc: Exception) -> None:
+        logger.warning("NATS {}: {}", url, exc or type(exc).__name__)
+
+    connecting = asyncio.ensure_future(
+        nats.connect(
+            servers=url.split(","),
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=2.0,
+            connect_timeout=5.0,
+            error_cb=log_error,
+        )
+    )
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([connecting, stopping], return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not connecting.done():
+        connecting.cancel()
+        await asyncio.gather(connecting, return_exceptions=True)
+        return None
+    return connecting.result()
+
+
+async def serve(
+    url: str,
+    db: Path,
+    config: AggregatorConfig,
+    address: tuple[str, int] | None,
+    options: ReportOptions,
+) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    store = AnalyticsStore(db)
+    server: DashboardServer | None = None
+    nc: Client | None = None
+    try:
+        if address is not None:
+            server = DashboardServer(StoreReportSource(db, options), *address)
+            await server.start()
+            print(f"volfsm analytics: dashboard on {server.url}", file=sys.stderr, flush=True)
+        nc = await _connect(url, stop)
+        if nc is not None:
+            await Aggregator(store, nc.jetstream(), config).run(stop)
+    finally:
+        if server is not None:
+            await server.close()
+        if nc is not None:
+            await nc.close()
+        store.close()

@@ -15,11 +15,14 @@ from events.streams import pod_stream
 from events.types import PodCleanedUp
 from projections.asw import fold
 from volfsm.cli import app
+from volfsm.desired.resolve import inline_csi_volume_id
 from volfsm.plugins.scripted import ScriptedPlugin, final
 
 from .conftest import EngineFactory
 from .helpers import eventually
-from .objects import claim_volume, inline_csi_volume, pod, pv_set
+from .objects import DRIVER, claim_volume, inline_csi_volume, pod, pv_set, volume_id_of
+
+V1 = volume_id_of("v1")
 
 
 def cleaned_up(log: EventLog, uid: str) -> list[PodCleanedUp]:
@@ -53,6 +56,12 @@ async def test_a_deleted_pod_is_forgotten_once_its_dir_is_gone_and_stays_forgott
     assert engine.asw.podvols[("u2", "cache")].state == "Mounted"
     # the fold of the log agrees (the fixture also checks the whole ASW at the end)
     assert [key for key in fold(event_log.read_after(0)).podvols if key[0] == "u1"] == []
+    # the PV's device version is kept for a later attach; the pod's own volume's is not
+    scratch = inline_csi_volume_id(DRIVER, "u1", "scratch")
+    await eventually(lambda: V1 not in engine.asw.devices, "v1 detached")
+    await eventually(lambda: scratch not in engine.asw.devices, "scratch detached")
+    assert V1 in engine.index.detached_versions
+    assert scratch not in engine.index.detached_versions
 
     # Act: restart on the same log
     await engine.stop(grace_s=1.0)

@@ -74,7 +74,8 @@ class EngineIndex:
         self.holders: dict[str, list[PodVolumeKey]] = {}
         """volume_id -> pod-volumes on it that are Mounted or Uncertain."""
         self.detached_versions: dict[str, int] = {}
-        """volume_id -> version of its device stream when it was detached (the ASW drops it)."""
+        """volume_id -> version of its device stream when it was detached (the ASW drops it);
+        not kept for a pod's own volumes (inline, emptyDir), never attached again."""
         self.handlers = self._handlers()
         """Body type -> its fold (`apply_body` dispatches on it; big folds call it directly)."""
 
@@ -136,9 +137,16 @@ class EngineIndex:
         return (getattr(body, "volume_id", ""),)
 
     def _on_detached(self, body: DeviceDetached, version: int) -> tuple[str, ...]:
-        self.detached_versions[body.volume_id] = version
-        if body.volume_id not in self.holders:
-            self.removed_volumes.pop(body.volume_id, None)
+        vid = body.volume_id
+        spec = self.removed_volumes.get(vid)
+        if vid not in self.holders:
+            self.removed_volumes.pop(vid, None)
+        if spec is not None and not spec.pv_name and not self.desired.pods_on_volume(vid):
+            # A pod's own volume (inline CSI, emptyDir) no pod wants: its id is never attached
+            # again, so its version is not kept (a churning node would keep one per pod).
+            self.detached_versions.pop(vid, None)
+        else:
+            self.detached_versions[vid] = version
         return ()
 
     def export_state(self) -> IndexSnapshot:

@@ -10,8 +10,8 @@ Checks, in `seq` order, and stops at the first violation:
   OperationSucceeded/Failed must answer an open OperationStarted with the
   same `op_id` on the same stream; no other event type belongs there;
 * desired-state streams (`pod/<uid>`): only desired-state events, a
-  PodRemoved only while the pod is added, a PodCleanedUp only once it was
-  removed.
+  PodRemoved only while the pod is added, no PodCleanedUp of a pod that
+  is added and was never removed.
 """
 
 from __future__ import annotations
@@ -153,10 +153,12 @@ def _check_desired_event(env: Envelope, st: _StreamState) -> str | None:
             return "PodRemoved without a PodAdded before it"
         st.state = "Removed"
         st.removed = True
-    elif env.type == "PodCleanedUp" and not st.removed:
-        # After a removal only: the same uid may be added again before the cleanup is
-        # recorded (the fold forgets only Unmounted entries, so that changes nothing).
-        return "PodCleanedUp of a pod that was never removed"
+    elif env.type == "PodCleanedUp" and st.state == "Added" and not st.removed:
+        # Not of a pod that is desired and never was removed. After a removal the same uid
+        # may be added again before the cleanup is recorded, and a pod only reconstruction
+        # knew (found on the node) has no PodAdded at all: the fold forgets only Unmounted
+        # entries, so neither changes anything.
+        return "PodCleanedUp of a pod that is desired and was never removed"
     return None
 
 

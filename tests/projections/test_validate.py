@@ -14,6 +14,7 @@ from events.types import (
     OperationStarted,
     OperationSucceeded,
     PodAdded,
+    PodCleanedUp,
     PodRemoved,
     VolumeMounted,
     VolumeUnmounted,
@@ -176,6 +177,23 @@ def test_pod_removed_before_added_or_twice_is_a_violation() -> None:
     h2.add(2, POD, REMOVED)
     v = _first(h2.envs)
     assert (v.seq, v.state) == (3, "Removed")
+
+
+def test_pod_cleaned_up_of_a_desired_pod_never_removed_is_a_violation() -> None:
+    cleaned = PodCleanedUp(pod_uid="pod-a", volume_names=("data",))
+    h = History()
+    h.add(0, POD, ADDED)
+    h.add(1, POD, cleaned)
+    v = _first(h.envs)
+    assert (v.seq, v.state, v.event_type) == (2, "Added", "PodCleanedUp")
+    assert v.reason == "PodCleanedUp of a pod that is desired and was never removed"
+    ok = History()
+    ok.add(0, POD, ADDED)
+    ok.add(1, POD, REMOVED)
+    ok.add(2, POD, ADDED)  # the same uid applied again before the cleanup was recorded
+    ok.add(3, POD, cleaned)
+    ok.add(4, pod_stream("found"), PodCleanedUp(pod_uid="found"))  # only reconstruction knew it
+    assert validate(ok.envs).ok
 
 
 def test_non_desired_event_on_a_pod_stream_is_a_violation() -> None:

@@ -7,6 +7,7 @@ is desired again is kept (same mount, same data) and the rest is cleaned.
 
 from __future__ import annotations
 
+from events.streams import pod_stream
 from tests.engine.helpers import eventually
 from tests.engine.objects import empty_dir_volume, pod
 from tests.helpers.csidriver import DriverProcess, create_volume, mounts_at
@@ -75,6 +76,14 @@ async def test_emptydir_mounts_found_on_the_node_are_kept_if_desired_and_cleaned
     await eventually(lambda: not node.layout.pod_dir("gone").exists(), "gone's pod dir removed")
     assert not mounts.mounts_under(node.layout.pods_dir / "gone")
     assert second.recovery_status()["desired_complete_reason"] == "told: apply --complete"
+    # ...and forgotten, though only reconstruction knew it: PodCleanedUp, no entries left
+    log = node.log
+    assert log is not None
+    stream = pod_stream("gone")
+    await eventually(
+        lambda: [e.type for e in log.read_stream(stream)] == ["PodCleanedUp"], "PodCleanedUp"
+    )
+    assert [key for key in second.asw.podvols if key[0] == "gone"] == []
 
 
 def csi_pod(uid: str, claim: str, volume: str) -> dict[str, object]:

@@ -445,17 +445,13 @@ class Reconciler:
             )
 
     async def _clean_and_record(self, uids: list[str]) -> None:
-        """Remove the pod dirs; record `PodCleanedUp` for each removed pod the log knows.
+        """Remove the pod dirs; record `PodCleanedUp` for each pod whose dir is gone.
 
-        Pods only reconstruction knows (found on the node, the log lost) have
-        no pod stream: nothing to record for them.
+        Pods only reconstruction knows (found on the node, the log lost) get
+        one too: it is what makes the folds forget their entries.
         """
         removed = await asyncio.to_thread(self._remove_pod_dirs, uids)
-        log_ = self.ops.handler.log
-        logged = await asyncio.to_thread(
-            lambda: [uid for uid in removed if log_.stream_version(pod_stream(uid)) > 0]
-        )
-        done = [uid for uid in logged if uid not in self.dsw.pods]
+        done = [uid for uid in removed if uid not in self.dsw.pods]
         if not done:
             return
         names: dict[str, list[str]] = {uid: [] for uid in done}

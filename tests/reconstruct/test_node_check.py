@@ -7,6 +7,8 @@ from pathlib import Path
 
 from events.types import DeviceMounted, VolumeMounted
 from tests.engine.objects import claim_volume, empty_dir_volume, pod, pv_set, volume_id_of
+from tests.enginecsi.helpers import pv as csi_block_pv
+from tests.enginecsi.helpers import pvc as csi_block_pvc
 from tests.helpers.csidriver import DriverProcess, create_volume, mounts_at
 from volfsm import blockmap, mounts
 from volfsm.desired.resolve import csi_volume_id
@@ -133,3 +135,42 @@ async def test_a_block_volume_whose_device_bind_vanished_is_mapped_again(
     )
     await second.wait_pod("u1", "mounted", timeout=30)
     assert mounts.find_mount(bind) is not None
+
+
+async def test_a_csi_block_volume_whose_publish_bind_vanished_is_published_again(
+    node: Node, driver: DriverProcess
+) -> None:
+    # Arrange: a block volume published by the driver (device bound on the publish file)
+    # and mapped for a pod; while down, the driver's publish bind goes, the map stays
+    create_volume(driver.clients(), "blk-a", 32 * MIB, block=True)
+    first = await node.start(driver=driver)
+    objects = [
+        csi_block_pv("pv-b", "blk-a", mode="Block"),
+        csi_block_pvc("pv-b", "pv-b", mode="Block"),
+    ]
+    await first.apply([*objects, csi_pod("pb", "pv-b", "data")])
+    await first.wait_pod("pb", "mounted", timeout=120)
+    await node.stop()
+    publish = node.layout.csi_block_publish_path("pv-b", "pb")
+    global_map = node.layout.csi_block_global_map_path("pv-b") / "pb"
+    mounts.umount(publish)
+
+    # Act
+    second = await node.start(GATED, driver=driver)
+
+    # Assert: the map alone does not vouch for the publish: Uncertain, naming the path and
+    # the event that saw the bind
+    assert node.log is not None
+    published_at = [e.seq for e in node.log.read_after(0) if isinstance(e.body, VolumeMounted)]
+    pv = second.asw.podvols[("pb", "data")]
+    assert pv.reason == (
+        f"the log says the block device is published for the pod at {publish} (bound there"
+        f" at seq {published_at[0]}), but /proc/self/mountinfo has no mount there"
+    )
+    assert pv.reconstructed
+
+    # Assert: published again (one more NodePublish), the map kept, nothing staged twice
+    await second.wait_pod("pb", "mounted", timeout=120)
+    assert len(mounts_at(publish)) == 1 and len(mounts_at(global_map)) == 1
+    assert driver.codes("NodePublishVolume", "blk-a") == ["OK", "OK"]
+    assert driver.codes("NodeStageVolume", "blk-a") == ["OK"]

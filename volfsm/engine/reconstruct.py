@@ -908,12 +908,12 @@ class Reconstructor:
             if dev is None or not dev.device_mount_path:
                 return ""
             bind = Path(dev.device_mount_path) / uid
-            if scan.mount_at(bind) is not None:
-                return ""
-            return (
-                f"the log says the block device is mapped for the pod, but {bind} has no"
-                " device bind-mounted on it"
-            )
+            if scan.mount_at(bind) is None:
+                return (
+                    f"the log says the block device is mapped for the pod, but {bind} has no"
+                    " device bind-mounted on it"
+                )
+            return self._publish_missing(uid, name, dev.device_mount_path, scan)
         if scan.mount_at(path) is not None:
             return ""
         if spec is not None and spec.source.plugin == EMPTY_DIR_PLUGIN:
@@ -930,6 +930,31 @@ class Reconstructor:
         return (
             f"the log says Mounted at {path} (mounted there at seq {env.seq}), but"
             " /proc/self/mountinfo has no mount there"
+        )
+
+    def _publish_missing(self, uid: str, name: str, global_map: str, scan: NodeScan) -> str:
+        """Why a CSI block volume's NodePublish bind the log saw is gone, or "".
+
+        Like the filesystem check, only a mount the log saw after the publish
+        (`VolumeMounted.mount_found`) can be missed: a driver that publishes a
+        device node without a mount has nothing to lose here.
+        """
+        spec_name = Path(global_map).parent.name
+        try:
+            if self.layout.csi_block_global_map_path(spec_name) != Path(global_map):
+                return ""  # not the kubelet's CSI block layout: no publish path to check
+            publish = self.layout.csi_block_publish_path(spec_name, uid)
+        except UnsafePathError:
+            return ""
+        if scan.mount_at(publish) is not None:
+            return ""
+        env = self._last_of(podvol_stream(uid, name), "VolumeMounted")
+        found = getattr(env.body, "mount_found", None) if env is not None else None
+        if env is None or found is not True:
+            return ""
+        return (
+            f"the log says the block device is published for the pod at {publish} (bound"
+            f" there at seq {env.seq}), but /proc/self/mountinfo has no mount there"
         )
 
     # 3. what the node has and the log does not

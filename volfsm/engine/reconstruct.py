@@ -850,10 +850,16 @@ class Reconstructor:
 
     # 2. the log's beliefs against the node
 
-    def _last_of(self, stream: str, type_name: str) -> Envelope | None:
+    def _seen_mounted_at(self, stream: str, type_name: str) -> int | None:
+        """The seq of the stream's last `type_name` event if it saw a mount after the call.
+
+        None when there is no such event, or its `mount_found` was not True
+        (nothing was seen, or nothing looked): a mount that was never seen
+        cannot be missed.
+        """
         for env in reversed(self.log.read_stream(stream)):
             if env.type == type_name:
-                return env
+                return env.seq if getattr(env.body, "mount_found", None) is True else None
         return None
 
     def _plan_beliefs(self, plan: _Plan, scan: NodeScan) -> None:
@@ -878,12 +884,11 @@ class Reconstructor:
         parts = self.layout.relative_parts(path)
         if (spec is not None and spec.volume_mode == BLOCK) or VOLUME_DEVICES in parts:
             return ""  # a block global map dir is no mount (its pods' files are)
-        env = self._last_of(device_stream(volume_id), "DeviceMounted")
-        found = getattr(env.body, "mount_found", None) if env is not None else None
-        if env is None or found is not True:
+        seen = self._seen_mounted_at(device_stream(volume_id), "DeviceMounted")
+        if seen is None:
             return ""  # no staging mount was ever seen there: nothing to miss
         return (
-            f"the log says staged at {path} (mounted there at seq {env.seq}), but"
+            f"the log says staged at {path} (mounted there at seq {seen}), but"
             " /proc/self/mountinfo has no mount there"
         )
 
@@ -923,12 +928,11 @@ class Reconstructor:
                 f"the log says Mounted (emptyDir tmpfs) at {path}, but /proc/self/mountinfo"
                 " has no mount there"
             )
-        env = self._last_of(podvol_stream(uid, name), "VolumeMounted")
-        found = getattr(env.body, "mount_found", None) if env is not None else None
-        if env is None or found is not True:
+        seen = self._seen_mounted_at(podvol_stream(uid, name), "VolumeMounted")
+        if seen is None:
             return ""
         return (
-            f"the log says Mounted at {path} (mounted there at seq {env.seq}), but"
+            f"the log says Mounted at {path} (mounted there at seq {seen}), but"
             " /proc/self/mountinfo has no mount there"
         )
 
@@ -948,13 +952,12 @@ class Reconstructor:
             return ""
         if scan.mount_at(publish) is not None:
             return ""
-        env = self._last_of(podvol_stream(uid, name), "VolumeMounted")
-        found = getattr(env.body, "mount_found", None) if env is not None else None
-        if env is None or found is not True:
+        seen = self._seen_mounted_at(podvol_stream(uid, name), "VolumeMounted")
+        if seen is None:
             return ""
         return (
             f"the log says the block device is published for the pod at {publish} (bound"
-            f" there at seq {env.seq}), but /proc/self/mountinfo has no mount there"
+            f" there at seq {seen}), but /proc/self/mountinfo has no mount there"
         )
 
     # 3. what the node has and the log does not

@@ -16,7 +16,7 @@ import pytest
 
 from events.log import EventLog
 from projections.asw import Asw, fold
-from projections.validate import validate
+from tests.helpers.logcheck import assert_log_matches
 from volfsm import mounts
 from volfsm.engine import EngineConfig, VolumeEngine
 from volfsm.plugins.catalog import PluginCatalog
@@ -38,19 +38,6 @@ EngineFactory = Callable[..., Awaitable[VolumeEngine]]
 def asw_of(log: EventLog) -> Asw:
     """The ASW folded from the whole log."""
     return fold(log.read_after(0))
-
-
-def assert_log_matches(engine: VolumeEngine) -> None:
-    """The log is a legal story and folds to the engine's live state."""
-    report = validate(engine.log.read_after(0))
-    assert report.ok, str(report.violation)
-    folded = asw_of(engine.log)
-    live = engine.asw
-    assert folded.devices == live.devices
-    assert folded.podvols == live.podvols
-    assert folded.desired_pods == live.desired_pods
-    assert folded.desired_sizes == live.desired_sizes
-    assert folded.last_seq == live.last_seq
 
 
 @pytest.fixture

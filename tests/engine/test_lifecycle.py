@@ -8,10 +8,11 @@ import stat
 from pathlib import Path
 
 from events.streams import device_stream, podvol_stream
+from tests.helpers.logcheck import assert_log_matches
 from volfsm import mounts
 from volfsm.plugins.scripted import ScriptedPlugin
 
-from .conftest import EngineFactory, assert_log_matches
+from .conftest import EngineFactory
 from .helpers import (
     device_state,
     device_transitions,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from tests.helpers.logcheck import assert_log_matches
 from volfsm.plugins.scripted import ScriptedPlugin, final
 
-from .conftest import FAST, EngineFactory, assert_log_matches
+from .conftest import FAST, EngineFactory
 from .helpers import eventually, failures
 from .objects import claim_volume, pod, pv, pv_set, volume_id_of
 

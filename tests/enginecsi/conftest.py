@@ -22,12 +22,11 @@ from typing import Any
 import pytest
 
 from events.log import EventLog
-from projections.asw import fold
-from projections.validate import validate
 from tests.enginecsi.helpers import DRIVER, NODE
 from tests.enginecsi.hostile_raw import RawHostileDriver
 from tests.helpers import csidriver as shared
 from tests.helpers.csidriver import Closeable, DriverProcess, StartDriver, call_passed
+from tests.helpers.logcheck import assert_log_matches
 from volfsm.engine import EngineConfig, VolumeEngine
 from volfsm.layout import RootLayout
 from volfsm.plugins.catalog import PluginCatalog
@@ -87,16 +86,6 @@ def hostile(janitor: list[Closeable]) -> RawHostileDriver:
     server = RawHostileDriver(DRIVER).start()
     janitor.append(server)
     return server
-
-
-def assert_log_matches(engine: VolumeEngine) -> None:
-    """The log is a legal story and folds to the engine's live state."""
-    report = validate(engine.log.read_after(0))
-    assert report.ok, str(report.violation)
-    folded = fold(engine.log.read_after(0))
-    assert folded.devices == engine.asw.devices
-    assert folded.podvols == engine.asw.podvols
-    assert folded.desired_pods == engine.asw.desired_pods
 
 
 @pytest.fixture

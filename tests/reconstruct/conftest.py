@@ -22,11 +22,10 @@ from typing import Any
 import pytest
 
 from events.log import EventLog
-from projections.asw import fold
-from projections.validate import validate
 from tests.engine.conftest import FAST, _detach_loops_under
 from tests.helpers import csidriver as shared
 from tests.helpers.csidriver import Closeable, DriverProcess, StartDriver, call_passed
+from tests.helpers.logcheck import assert_log_matches
 from volfsm import mounts
 from volfsm.engine import EngineConfig, VolumeEngine
 from volfsm.layout import RootLayout
@@ -50,16 +49,6 @@ start_driver = shared.start_driver_fixture
 def with_grace(seconds: float) -> EngineConfig:
     """Incomplete at start; complete by itself `seconds` after the loop starts."""
     return dataclasses.replace(FAST, desired_complete=False, desired_grace=seconds)
-
-
-def assert_log_matches(engine: VolumeEngine) -> None:
-    """The log is a legal story (no dangling rule broken) and folds to the live state."""
-    report = validate(engine.log.read_after(0))
-    assert report.ok, str(report.violation)
-    folded = fold(engine.log.read_after(0))
-    assert folded.devices == engine.asw.devices
-    assert folded.podvols == engine.asw.podvols
-    assert folded.desired_pods == engine.asw.desired_pods
 
 
 class Node:

@@ -428,14 +428,18 @@ def read_vol_data(layout: RootLayout, path: Path) -> dict[str, str] | str:
     return data
 
 
-def _csi_identity(data: dict[str, str], where: Path) -> tuple[str, str] | str:
+def read_csi_vol_data(layout: RootLayout, path: Path) -> tuple[dict[str, str], str, str] | str:
+    """A CSI vol_data.json with its (data, driver, handle), or why it names no CSI volume."""
+    data = read_vol_data(layout, path)
+    if isinstance(data, str):
+        return data
     driver = data.get("driverName", "")
     handle = data.get("volumeHandle", "")
     if not valid_driver_name(driver):
-        return f"{where}: driverName {driver!r} is not a CSI driver name"
+        return f"{path}: driverName {driver!r} is not a CSI driver name"
     if not handle:
-        return f"{where}: volumeHandle is missing"
-    return driver, handle
+        return f"{path}: volumeHandle is missing"
+    return data, driver, handle
 
 
 def recover_pod_entry(layout: RootLayout, entry: PodEntry, scan: NodeScan) -> Recovered | str:
@@ -462,13 +466,10 @@ def recover_pod_entry(layout: RootLayout, entry: PodEntry, scan: NodeScan) -> Re
         data_path = layout.csi_block_vol_data_path(entry.name) if block else entry.path / VOL_DATA
     except UnsafePathError as exc:
         return str(exc)
-    data = read_vol_data(layout, data_path)
-    if isinstance(data, str):
-        return data
-    identity = _csi_identity(data, data_path)
-    if isinstance(identity, str):
-        return identity
-    driver, handle = identity
+    found = read_csi_vol_data(layout, data_path)
+    if isinstance(found, str):
+        return found
+    data, driver, handle = found
     spec_name = data.get("specVolID") or entry.name
     if spec_name != entry.name:
         return f"{data_path} names volume {spec_name!r}, but its directory is {entry.name!r}"
@@ -500,13 +501,10 @@ def recover_global(layout: RootLayout, entry: GlobalEntry) -> Recovered | str:
     data_path = (
         entry.path / VOL_DATA if entry.kind == STAGING else entry.path / BLOCK_DATA / VOL_DATA
     )
-    data = read_vol_data(layout, data_path)
-    if isinstance(data, str):
-        return data
-    identity = _csi_identity(data, data_path)
-    if isinstance(identity, str):
-        return identity
-    driver, handle = identity
+    found = read_csi_vol_data(layout, data_path)
+    if isinstance(found, str):
+        return found
+    data, driver, handle = found
     source = VolumeSource(plugin=CSI_PLUGIN, driver=driver, volume_handle=handle)
     if entry.kind == STAGING:
         if driver != entry.driver or volume_handle_dir_name(handle) != entry.name:
@@ -1354,6 +1352,7 @@ __all__ = [
     "Recovered",
     "default_entry",
     "entry_of",
+    "read_csi_vol_data",
     "read_vol_data",
     "recover_global",
     "recover_pod_entry",

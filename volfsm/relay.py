@@ -284,12 +284,17 @@ class Relay:
         )
 
     async def flush(self, timeout: float) -> bool:
-        """Wait until the cursor covers the log as it is now; False if `timeout` ran out."""
+        """Wait until the stream holds the log as it is now and the cursor says so.
+
+        Both positions count: after a rewind (the stream lost events) the
+        cursor read at start is ahead of what the stream holds until the
+        tail is republished. False if `timeout` ran out.
+        """
         loop = asyncio.get_running_loop()
         target = await asyncio.to_thread(self.log.last_seq)
         deadline = loop.time() + timeout
         self.notify()
-        while self._cursor < target:
+        while min(self._cursor, self._acked_through) < target:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
@@ -649,10 +654,12 @@ class Relay:
                     self._acked_changed.set()
                     continue
                 self._cursor = target
-                waiters, self._cursor_waiters = self._cursor_waiters, []
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
+            # Wake flush() on every pass: the acked position can leave and come
+            # back to the cursor (a rewind) without a write in between.
+            waiters, self._cursor_waiters = self._cursor_waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
             if self._cursor_stop and self._acked_through == self._cursor:
                 return
 

@@ -131,10 +131,14 @@ async def test_sigkill_between_publish_and_cursor_write(
 async def test_stream_that_lost_events_gets_them_republished(
     nats_server: NatsServer, event_log: EventLog, make_relay: MakeRelay
 ) -> None:
-    """The stream holds less than the cursor (recreated, or an R1 server lost unsynced acks)."""
+    """The stream holds less than the cursor (recreated, or an R1 server lost unsynced acks).
+
+    flush() must wait for the republished tail, not for the cursor the log
+    already had: enough events that the republish outlasts a start().
+    """
     first = make_relay(nats_server.url)
     await first.start()
-    await append_events(event_log, 200, relay=first)
+    await append_events(event_log, 2000, batch=200, relay=first)
     assert await first.flush(30)
     await first.stop()
     nc = await nats.connect(nats_server.url)
@@ -146,4 +150,4 @@ async def test_stream_that_lost_events_gets_them_republished(
     await second.start()
     await assert_stream_matches_log(second, event_log, nats_server.url)
     assert second.counters.rewinds == 1
-    assert second.counters.published == 200
+    assert second.counters.published == 2000

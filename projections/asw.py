@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -18,6 +18,7 @@ from events.codec import CURRENT_SCHEMAS, decode_body, decode_current_body
 from events.streams import DEVICE_PREFIX, POD_PREFIX, PODVOL_PREFIX
 from events.tables import DEVICE_FSM, PODVOL_FSM, FsmTable
 from events.types import (
+    EVENT_TYPES,
     Body,
     DesiredSizeChanged,
     DeviceAttached,
@@ -174,20 +175,16 @@ class Asw:
         """Fold stored rows, decoding each body; (last seq folded, rows folded).
 
         The fast path of a big fold (engine start): `fold_event` written
-        out in one loop, and operation records decoded into views holding
-        only what the ASW keeps of them. After an event whose body type is
-        in `hooks`, `hooks[type](body, version)` is called (the engine feeds
-        its DSW and index this way; views are never passed to hooks).
-        tests/snapshot checks that this folds exactly like `apply`.
+        out in one loop, with everything an event type needs found by one
+        lookup of its name (`_fold_plans`), and operation records decoded
+        into views holding only what the ASW keeps of them. After an event
+        whose body type is in `hooks`, `hooks[type](body, version)` is
+        called (the engine feeds its DSW and index this way; a hooked type
+        is always decoded in full). tests/snapshot checks that this folds
+        exactly like `apply`.
         """
-        hooks = hooks or {}
-        views = _VIEW_DECODERS
-        schemas = CURRENT_SCHEMAS
-        decode = decode_current_body
+        plans = _fold_plans(hooks or {})
         devices, podvols = self.devices, self.podvols
-        device_ops, podvol_ops = _OPERATIONS, _PODVOL_OPERATIONS
-        device_next, podvol_next = _DEVICE_NEXT, _PODVOL_NEXT
-        device_updates, podvol_updates = _DEVICE_UPDATES, _PODVOL_UPDATES
         device_cut, podvol_cut = _DEVICE_CUT, _PODVOL_CUT
         device_prefix, podvol_prefix, pod_prefix = DEVICE_PREFIX, PODVOL_PREFIX, POD_PREFIX
         new_device, new_podvol = DeviceState, PodVolumeState
@@ -196,33 +193,33 @@ class Asw:
         body: Any
         for seq, stream, version, type_name, schema, ts, data in rows:  # noqa: B007 (seq: after)
             count += 1
-            if schemas.get(type_name) == schema:
-                view = views.get(type_name)
-                body = view(data) if view is not None else decode(data)
-            else:
+            plan = plans.get(type_name)
+            if plan is not None and plan.schema == schema:
+                body = plan.decode(data)
+            else:  # an older schema (upcast), or a type this build does not know (raises)
                 body = decode_body(type_name, schema, data)
-            cls = type(body)
+                plan = plans[type_name]
             if stream.startswith(device_prefix):
                 volume_id = stream[device_cut:]
                 dev = devices.get(volume_id)
                 if dev is None:
                     dev = devices[volume_id] = new_device(volume_id, since_us=ts)
                 dev.version = version
-                op = device_ops.get(cls)
+                op = plan.device_op
                 if op is not None:
                     op(dev, body, ts)
-                    continue
-                moves = device_next.get(type_name)
-                if moves is not None:
-                    new_state = moves.get(dev.state)
-                    if new_state is not None and new_state != dev.state:
-                        dev.state = new_state
-                        dev.since_us = ts
-                update = device_updates.get(cls)
-                if update is not None:
-                    update(dev, body)
-                elif type_name == "DeviceDetached":
-                    del devices[volume_id]
+                else:
+                    moves = plan.device_moves
+                    if moves is not None:
+                        new_state = moves.get(dev.state)
+                        if new_state is not None and new_state != dev.state:
+                            dev.state = new_state
+                            dev.since_us = ts
+                    update = plan.device_update
+                    if update is not None:
+                        update(dev, body)
+                    elif plan.detaches:
+                        del devices[volume_id]
             elif stream.startswith(podvol_prefix):
                 pod_uid, _, name = stream[podvol_cut:].partition("/")
                 key = (pod_uid, name)
@@ -230,22 +227,24 @@ class Asw:
                 if pv is None:
                     pv = podvols[key] = new_podvol(pod_uid, name, since_us=ts)
                 pv.version = version
-                op = podvol_ops.get(cls)
+                op = plan.podvol_op
                 if op is not None:
                     op(pv, body, ts)
-                    continue
-                moves = podvol_next.get(type_name)
-                if moves is not None:
-                    new_state = moves.get(pv.state)
-                    if new_state is not None and new_state != pv.state:
-                        pv.state = new_state
-                        pv.since_us = ts
-                pv_update = podvol_updates.get(cls)
-                if pv_update is not None:
-                    pv_update(pv, body)
+                else:
+                    moves = plan.podvol_moves
+                    if moves is not None:
+                        new_state = moves.get(pv.state)
+                        if new_state is not None and new_state != pv.state:
+                            pv.state = new_state
+                            pv.since_us = ts
+                    pv_update = plan.podvol_update
+                    if pv_update is not None:
+                        pv_update(pv, body)
             elif stream.startswith(pod_prefix):
-                self._apply_desired(body)
-            hook = hooks.get(cls)
+                desired = plan.desired
+                if desired is not None:
+                    desired(self, body)
+            hook = plan.hook
             if hook is not None:
                 hook(body, version)
         if count:
@@ -255,18 +254,9 @@ class Asw:
     # ----------------------------------------------------------------- kinds
 
     def _apply_desired(self, body: Body) -> None:
-        if isinstance(body, PodAdded):
-            self.desired_pods[body.pod_uid] = body
-        elif isinstance(body, PodRemoved):
-            self.desired_pods.pop(body.pod_uid, None)
-        elif isinstance(body, PodCleanedUp):
-            podvols = self.podvols
-            for name in body.volume_names:
-                pv = podvols.get((body.pod_uid, name))
-                if pv is not None and pv.state == PODVOL_FSM.initial:
-                    del podvols[(body.pod_uid, name)]
-        elif isinstance(body, DesiredSizeChanged):
-            self.desired_sizes[body.volume_id] = body.size_bytes
+        fold = _DESIRED_FOLDS.get(type(body))
+        if fold is not None:
+            fold(self, body)
 
     # --------------------------------------------------------------- queries
 
@@ -351,6 +341,11 @@ _VIEW_DECODERS: dict[str, Callable[[bytes], Any]] = {
 }
 """Current-schema bodies `fold_rows` decodes as views (the rest: the full union)."""
 
+_VIEW_CLASSES: dict[str, type] = {
+    "OperationStarted": _StartedView,
+    "OperationSucceeded": _SucceededView,
+}
+
 _OPERATIONS: dict[type, Callable[[Entry, Any, int], None]] = {
     OperationStarted: _op_started,
     OperationSucceeded: _op_succeeded,
@@ -433,6 +428,80 @@ _PODVOL_UPDATES: dict[type, Callable[[PodVolumeState, Any], None]] = {
     VolumeMountUncertain: _volume_uncertain,
     VolumeUnmounted: _volume_unmounted,
 }
+
+
+def _pod_added(asw: Asw, body: PodAdded) -> None:
+    asw.desired_pods[body.pod_uid] = body
+
+
+def _pod_removed(asw: Asw, body: PodRemoved) -> None:
+    asw.desired_pods.pop(body.pod_uid, None)
+
+
+def _pod_cleaned_up(asw: Asw, body: PodCleanedUp) -> None:
+    podvols = asw.podvols
+    for name in body.volume_names:
+        pv = podvols.get((body.pod_uid, name))
+        if pv is not None and pv.state == PODVOL_FSM.initial:
+            del podvols[(body.pod_uid, name)]
+
+
+def _desired_size_changed(asw: Asw, body: DesiredSizeChanged) -> None:
+    asw.desired_sizes[body.volume_id] = body.size_bytes
+
+
+_DESIRED_FOLDS: dict[type, Callable[[Asw, Any], None]] = {
+    PodAdded: _pod_added,
+    PodRemoved: _pod_removed,
+    PodCleanedUp: _pod_cleaned_up,
+    DesiredSizeChanged: _desired_size_changed,
+}
+"""What each event of a pod stream does to the ASW."""
+
+
+class _FoldPlan(NamedTuple):
+    """Everything `Asw.fold_rows` does with one event type (None: nothing of that kind)."""
+
+    schema: int
+    decode: Callable[[bytes], Any]
+    device_op: Callable[[Entry, Any, int], None] | None
+    device_moves: dict[str, str] | None
+    device_update: Callable[[DeviceState, Any], None] | None
+    detaches: bool
+    podvol_op: Callable[[Entry, Any, int], None] | None
+    podvol_moves: dict[str, str] | None
+    podvol_update: Callable[[PodVolumeState, Any], None] | None
+    desired: Callable[[Asw, Any], None] | None
+    hook: Hook | None
+
+
+def _fold_plans(hooks: Mapping[type, Hook]) -> dict[str, _FoldPlan]:
+    """Event type name -> its fold plan, with `hooks` (by body class) built in.
+
+    The view of an operation record is used only where no hook wants the
+    event: hooks always get the full body.
+    """
+    plans: dict[str, _FoldPlan] = {}
+    for name, cls in EVENT_TYPES.items():
+        hook = hooks.get(cls)
+        view = _VIEW_DECODERS.get(name)
+        view_cls = _VIEW_CLASSES.get(name)
+        use_view = view is not None and hook is None
+        op_key: type = view_cls if use_view and view_cls is not None else cls
+        plans[name] = _FoldPlan(
+            schema=CURRENT_SCHEMAS[name],
+            decode=view if use_view and view is not None else decode_current_body,
+            device_op=_OPERATIONS.get(op_key),
+            device_moves=_DEVICE_NEXT.get(name),
+            device_update=_DEVICE_UPDATES.get(cls),
+            detaches=name == "DeviceDetached",
+            podvol_op=_PODVOL_OPERATIONS.get(op_key),
+            podvol_moves=_PODVOL_NEXT.get(name),
+            podvol_update=_PODVOL_UPDATES.get(cls),
+            desired=_DESIRED_FOLDS.get(cls),
+            hook=hook,
+        )
+    return plans
 
 
 def fold(envelopes: Iterable[Envelope], asw: Asw | None = None) -> Asw:

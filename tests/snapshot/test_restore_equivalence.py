@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from events.log import EventLog
-from projections.asw import fold
+from events.types import OperationStarted
+from projections.asw import Asw, fold
 from projections.snapshot import decode_asw, encode_asw
 from volfsm.engine.snapshot import encode_state, restore, save_state
 
@@ -91,6 +92,22 @@ def test_the_fast_fold_folds_like_the_live_engine(history: list[Step]) -> None:
                 index.apply(env)
         assert state_view(full_fold(log)) == state_view(live)
         assert full_fold(log)[0] == fold(log.read_after(0))
+
+
+def test_a_hook_on_an_operation_event_gets_the_full_body(tmp_path: Path) -> None:
+    """fold_rows decodes operation records as views unless a hook wants them: then in full."""
+    with EventLog(tmp_path / "volfsm.db", node="n1", clock=StepClock()) as log:
+        write_history(log, random_history(seed=7, steps=300))
+        want = [e.body for e in log.read_after(0) if e.type == "OperationStarted"]
+        seen: list[object] = []
+        hooked = Asw()
+        with log.scan_rows() as rows:
+            hooked.fold_rows(rows, {OperationStarted: lambda body, _v: seen.append(body)})
+        plain = Asw()
+        with log.scan_rows() as rows:
+            plain.fold_rows(rows)
+        assert want and seen == want
+        assert hooked == plain == fold(log.read_after(0))
 
 
 def test_asw_codec_round_trips_a_long_history(tmp_path: Path) -> None:

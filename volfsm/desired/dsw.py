@@ -15,7 +15,7 @@ returns a list rebuilt only after a change.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -80,6 +80,12 @@ class DesiredStateOfWorld:
         self._to_mount: list[PodVolume] | None = None
         self._pvs: dict[str, PersistentVolume] = {}
         self._pvcs: dict[tuple[str, str], PersistentVolumeClaim] = {}
+        self.folds: dict[type, Callable[[Any], None]] = {
+            PodAdded: self._add,
+            PodRemoved: self._on_removed,
+            DesiredSizeChanged: self._on_size,
+        }
+        """Body type -> what observing it does (big folds call these directly)."""
 
     # -------------------------------------------------------------- planning
 
@@ -122,13 +128,16 @@ class DesiredStateOfWorld:
 
     def observe_body(self, body: Body) -> None:
         """`observe` of an event body (big folds need no envelope)."""
-        if isinstance(body, PodAdded):
-            self._add(body)
-        elif isinstance(body, PodRemoved):
-            self._remove(body.pod_uid)
-        elif isinstance(body, DesiredSizeChanged):
-            self._sizes[body.volume_id] = body.size_bytes
-            self.generation += 1
+        fold = self.folds.get(type(body))
+        if fold is not None:
+            fold(body)
+
+    def _on_removed(self, body: PodRemoved) -> None:
+        self._remove(body.pod_uid)
+
+    def _on_size(self, body: DesiredSizeChanged) -> None:
+        self._sizes[body.volume_id] = body.size_bytes
+        self.generation += 1
 
     def _add(self, pod: PodAdded) -> None:
         if pod.pod_uid in self.pods:
@@ -228,6 +237,11 @@ class DesiredStateOfWorld:
     def pods_on_volume(self, volume_id: str) -> list[str]:
         """UIDs of the pods that want the volume, in the order they were added."""
         return list(self._by_volume.get(volume_id, ()))
+
+    def only_user(self, volume_id: str, pod_uid: str) -> bool:
+        """Whether `pod_uid` is the one pod that wants the volume."""
+        users = self._by_volume.get(volume_id)
+        return users is not None and len(users) == 1 and pod_uid in users
 
     def persistent_volume(self, name: str) -> PersistentVolume | None:
         """A PV remembered from an earlier apply, or None."""

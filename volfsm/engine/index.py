@@ -61,6 +61,9 @@ class DesiredPods(Protocol):
     def pods_on_volume(self, volume_id: str) -> list[str]:
         """UIDs of the pods that want the volume."""
 
+    def only_user(self, volume_id: str, pod_uid: str) -> bool:
+        """Whether `pod_uid` is the one pod that wants the volume."""
+
 
 class EngineIndex:
     """Who holds each volume, and the specs of what is no longer desired."""
@@ -188,8 +191,9 @@ class EngineIndex:
         if pod is None:
             return ()
         self.removed_pods[uid] = pod
+        only_user = self.desired.only_user
         for dv in pod.volumes:
-            if self.desired.pods_on_volume(dv.volume_id) == [uid]:
+            if only_user(dv.volume_id, uid):
                 self.removed_volumes[dv.volume_id] = dv
         return tuple(dv.volume_id for dv in pod.volumes)
 

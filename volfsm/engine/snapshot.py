@@ -178,22 +178,34 @@ def fold_hooks(dsw: DesiredStateOfWorld, index: EngineIndex) -> dict[type, Hook]
     appended envelope). Built from `EVENT_TYPES` by kind, so a new event
     type is routed by its KIND.
     """
-    dsw_observe = dsw.observe_body
     hooks: dict[type, Hook] = {}
     for name, cls in EVENT_TYPES.items():
         index_fold = index.handlers.get(cls)
         if cls.KIND == "desired":
-            hooks[cls] = _then_dsw(index_fold, dsw_observe)
+            hook = _then_dsw(index_fold, dsw.folds.get(cls))
+            if hook is not None:
+                hooks[cls] = hook
         elif (cls.KIND == "podvol" or name == "DeviceDetached") and index_fold is not None:
             hooks[cls] = index_fold
     return hooks
 
 
-def _then_dsw(index_fold: Hook | None, dsw_observe: Callable[[Any], None]) -> Hook:
+def _then_dsw(index_fold: Hook | None, dsw_fold: Callable[[Any], None] | None) -> Hook | None:
+    """The index's fold of a desired-state event, then the DSW's (either may be missing)."""
+    if index_fold is None or dsw_fold is None:
+        if dsw_fold is None:
+            return index_fold
+        only_dsw = dsw_fold
+
+        def dsw_only(body: Any, _: int) -> None:
+            only_dsw(body)
+
+        return dsw_only
+    first, then = index_fold, dsw_fold
+
     def desired(body: Any, version: int) -> None:
-        if index_fold is not None:
-            index_fold(body, version)
-        dsw_observe(body)
+        first(body, version)
+        then(body)
 
     return desired
 

@@ -40,7 +40,9 @@ marks them Uncertain and the first pass starts their remounts):
   (all columns): the floor of any replay. Ratio printed.
 * replay_ev_s: `volfsm replay --db LOG > /dev/null` as a subprocess
   (interpreter start-up included), events / wall time; peer: the engine's
-  fold alone in-process (`fold_ev_s_1m`).
+  fold alone (`fold_ev_s_1m`, as the engine folds: the pod-volume part in a
+  child process) and the same fold in one process (`fold_ev_s_1m_one_process`,
+  the peer of the split: `split_gain`).
 * snapshot figures for the 1M state: size, encode time (the event-loop
   stall when the engine takes one), compress + write time (worker thread).
 
@@ -84,6 +86,7 @@ from volfsm.engine.snapshot import (  # noqa: E402
     SnapshotPolicy,
     fold_log,
 )
+from volfsm.engine.splitfold import SPLIT_OVER  # noqa: E402
 from volfsm.layout import RootLayout  # noqa: E402
 from volfsm.plugins.catalog import PluginCatalog  # noqa: E402
 from volfsm.plugins.emptydir import EmptyDirPlugin  # noqa: E402
@@ -219,7 +222,7 @@ class Template:
             self.template_events = log.last_seq()
             for env in log.read_after(0):
                 if not op_prefix and hasattr(env.body, "op_id"):
-                    op_prefix = str(env.body.op_id).split("-")[0]  # type: ignore[union-attr]
+                    op_prefix = str(env.body.op_id).split("-")[0]
                 key = (env.stream, env.ts)
                 data = enc.encode(env.body)
                 if key == last:
@@ -455,7 +458,7 @@ def raw_read(db: Path) -> float:
     return time.perf_counter() - t0
 
 
-def fold_rate(db: Path) -> float:
+def fold_rate(db: Path, split_over: int | None = SPLIT_OVER) -> float:
     from projections.asw import Asw
     from volfsm.desired.dsw import DesiredStateOfWorld
     from volfsm.engine.index import EngineIndex
@@ -467,7 +470,7 @@ def fold_rate(db: Path) -> float:
         gc.disable()
         try:
             t0 = time.perf_counter()
-            _, count = fold_log(log, asw, dsw, EngineIndex(dsw))
+            _, count = fold_log(log, asw, dsw, EngineIndex(dsw), split_over=split_over)
             return count / (time.perf_counter() - t0)
         finally:
             gc.enable()
@@ -492,7 +495,7 @@ def append_latency_during_save(db: Path, work: Path) -> dict[str, float]:
         body = OperationStarted(op_id="lat", operation="noop", volume_id="lat")
 
         def appends(stop: threading.Event | None, count: int) -> list[float]:
-            lat = []
+            lat: list[float] = []
             while (stop is None and len(lat) < count) or (stop is not None and not stop.is_set()):
                 t0 = time.perf_counter()
                 log.append("device/latency-probe", ANY_VERSION, [body])
@@ -679,6 +682,10 @@ def main() -> None:
         )
         r["ready_1m_over_raw_read"] = round(r["ready_s_1m"] / r["raw_read_1m_s"], 2)
         r["fold_ev_s_1m"] = round(max(fold_rate(nosnap_large) for _ in range(2)))
+        r["fold_ev_s_1m_one_process"] = round(
+            max(fold_rate(nosnap_large, split_over=None) for _ in range(2))
+        )
+        r["split_gain"] = round(r["fold_ev_s_1m"] / r["fold_ev_s_1m_one_process"], 2)
         replay_s = min(replay_subprocess(nosnap_large) for _ in range(2))
         r["replay_s_1m"] = round(replay_s, 3)
         r["replay_ev_s"] = round(last_large / replay_s)
@@ -714,7 +721,8 @@ def main() -> None:
     )
     print(
         f"volfsm replay > /dev/null: {r['replay_ev_s']:,} ev/s ({r['replay_s_1m']} s, target >= "
-        f"100,000); engine fold alone {r['fold_ev_s_1m']:,} ev/s; interpreter + imports "
+        f"100,000); engine fold alone {r['fold_ev_s_1m']:,} ev/s (one process "
+        f"{r['fold_ev_s_1m_one_process']:,}, split gain {r['split_gain']}x); interpreter + imports "
         f"{r['interpreter_imports_s']} s"
     )
     print(

@@ -956,7 +956,13 @@ class EventLog:
 
     @contextlib.contextmanager
     def scan_rows(
-        self, after: int = 0, until_seq: int | None = None
+        self,
+        after: int = 0,
+        until_seq: int | None = None,
+        *,
+        prefix: str = "",
+        other_streams: bool = False,
+        also_types: Sequence[str] = (),
     ) -> Iterator[Iterator[tuple[int, str, int, str, int, int, bytes]]]:
         """The stored rows after `after` (up to `until_seq`), undecoded, in seq order.
 
@@ -964,17 +970,40 @@ class EventLog:
         fastest folds (`projections.asw.Asw.fold_rows`, the engine's start).
         One cursor on a connection of its own (one consistent snapshot of
         the log), open while the `with` block runs; `node` is not read.
+
+        With `prefix`, only rows of the streams starting with it (or, with
+        `other_streams`, of every other stream), plus the rows of
+        `also_types` wherever they are: SQLite filters, Python sees only
+        the rows it asked for.
         """
         upper = until_seq if until_seq is not None else 2**62
+        sql = (
+            "SELECT seq, stream, version, type, schema, ts, body FROM events "
+            "WHERE seq > ? AND seq <= ?"
+        )
+        params: list[Any] = [after, upper]
+        if prefix:
+            cond = "(stream >= ? AND stream < ?)"
+            params += [prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)]
+            if other_streams:
+                cond = f"NOT {cond}"
+            if also_types:
+                cond = f"({cond} OR type IN ({', '.join('?' * len(also_types))}))"
+                params += list(also_types)
+            sql += f" AND {cond}"
         conn = sqlite3.connect(self._read_uri, uri=True, check_same_thread=False)
         try:
-            yield conn.execute(
-                "SELECT seq, stream, version, type, schema, ts, body FROM events "
-                "WHERE seq > ? AND seq <= ? ORDER BY seq",
-                (after, upper),
-            )
+            yield conn.execute(sql + " ORDER BY seq", params)
         finally:
             conn.close()
+
+    def count_between(self, after: int, until_seq: int) -> int:
+        """How many events have `after` < seq <= `until_seq`."""
+        with self._read_lock:
+            row = self._reader.execute(
+                "SELECT count(*) FROM events WHERE seq > ? AND seq <= ?", (after, until_seq)
+            ).fetchone()
+        return int(row[0])
 
     def read_stream(self, stream: str, after_version: int = 0) -> list[Envelope]:
         """One stream's events with version greater than `after_version`."""

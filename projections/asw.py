@@ -170,7 +170,11 @@ class Asw:
             self._apply_desired(body)
 
     def fold_rows(
-        self, rows: Iterable[StoredRow], hooks: Mapping[type, Hook] | None = None
+        self,
+        rows: Iterable[StoredRow],
+        hooks: Mapping[type, Hook] | None = None,
+        *,
+        with_podvols: bool = True,
     ) -> tuple[int, int]:
         """Fold stored rows, decoding each body; (last seq folded, rows folded).
 
@@ -180,7 +184,9 @@ class Asw:
         into views holding only what the ASW keeps of them. After an event
         whose body type is in `hooks`, `hooks[type](body, version)` is
         called (the engine feeds its DSW and index this way; a hooked type
-        is always decoded in full). tests/snapshot checks that this folds
+        is always decoded in full). With `with_podvols` False, rows of pod-volume
+        streams only run their hooks (another fold builds those entries:
+        `volfsm.engine.splitfold`). tests/snapshot checks that this folds
         exactly like `apply`.
         """
         plans = _fold_plans(hooks or {})
@@ -221,6 +227,11 @@ class Asw:
                     elif plan.detaches:
                         del devices[volume_id]
             elif stream.startswith(podvol_prefix):
+                if not with_podvols:
+                    hook = plan.hook
+                    if hook is not None:
+                        hook(body, version)
+                    continue
                 pod_uid, _, name = stream[podvol_cut:].partition("/")
                 key = (pod_uid, name)
                 pv = podvols.get(key)

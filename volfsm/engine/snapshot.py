@@ -60,6 +60,7 @@ from projections.asw import Asw, Hook
 from projections.snapshot import AswSnapshot, restore_asw, snapshot_asw
 from volfsm.desired.dsw import DesiredStateOfWorld, DswSnapshot
 from volfsm.engine.index import EngineIndex, IndexSnapshot
+from volfsm.engine.splitfold import SPLIT_OVER, fold_split
 from volfsm.handler import CommandHandler
 
 _logger = logging.getLogger(__name__)
@@ -217,13 +218,22 @@ def fold_log(
     index: EngineIndex,
     after: int = 0,
     until: int | None = None,
+    *,
+    split_over: int | None = SPLIT_OVER,
 ) -> tuple[int, int]:
     """Fold the events after `after` (up to `until`) into ASW, DSW and index.
 
-    Returns (last seq folded, or `after` if none; events folded).
+    A fold of at least `split_over` events into an ASW without pod-volume
+    entries (a full replay) uses two processes (`volfsm.engine.splitfold`);
+    None: never. Returns (last seq folded, or `after` if none; events folded).
     """
+    hooks = fold_hooks(dsw, index)
+    if split_over is not None and not asw.podvols:
+        end = until if until is not None else log_.last_seq()
+        if end - after >= split_over:
+            return fold_split(log_, asw, hooks, after, end)
     with log_.scan_rows(after, until) as rows:
-        last, count = asw.fold_rows(rows, fold_hooks(dsw, index))
+        last, count = asw.fold_rows(rows, hooks)
     return (last if count else after), count
 
 

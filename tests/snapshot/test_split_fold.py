@@ -1,0 +1,117 @@
+"""A full replay split over two processes folds exactly like one process.
+
+`volfsm.engine.splitfold` folds the pod-volume entries in a child process
+(`python -m projections.podvolfold`) and everything else here; the merged
+state must be the one-process fold's, entry order, shared error records,
+last seq and count included. When the child fails the pod-volume part is
+folded here, with the same result.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from events.log import EventLog
+from volfsm.engine.snapshot import fold_hooks, fold_log
+from volfsm.engine.splitfold import fold_split
+
+from .histories import (
+    Step,
+    StepClock,
+    fresh_parts,
+    histories,
+    random_history,
+    state_view,
+    temp_log,
+    write_history,
+)
+
+SETTINGS = settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@SETTINGS
+@given(history=histories())
+def test_split_fold_equals_one_process_fold(history: list[Step]) -> None:
+    with temp_log() as log:
+        write_history(log, history)
+        one = fresh_parts()
+        want = fold_log(log, *one, split_over=None)
+        two = fresh_parts()
+        got = fold_log(log, *two, split_over=0)
+        assert got == want
+        assert state_view(two) == state_view(one)
+
+
+def test_split_fold_of_a_long_history_with_a_bound(tmp_path: Path) -> None:
+    """A fold up to `until` in the middle of a log: both halves stop at the same seq."""
+    from .histories import write_history
+
+    with EventLog(tmp_path / "volfsm.db", node="n1", clock=StepClock()) as log:
+        last = write_history(log, random_history(seed=21, steps=1500))
+        until = last * 2 // 3
+        one, two = fresh_parts(), fresh_parts()
+        want = fold_log(log, *one, until=until, split_over=None)
+        got = fold_log(log, *two, until=until, split_over=0)
+    assert got == want == (until, until)
+    assert two[0].podvols, "the history has pod-volume entries to merge"
+    assert state_view(two) == state_view(one)
+
+
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        ("import sys; sys.stderr.write('boom\\n'); sys.exit(3)", "exited with 3 (boom)"),
+        ("import sys; sys.stdout.write('not msgpack')", "11 unreadable bytes"),
+    ],
+)
+def test_a_failing_child_is_replaced_by_folding_here(
+    code: str, says: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with temp_log() as log:
+        last = write_history(log, random_history(seed=4, steps=400))
+        one, two = fresh_parts(), fresh_parts()
+        want = fold_log(log, *one, split_over=None)
+        asw, dsw, index = two
+        with caplog.at_level(logging.WARNING, logger="volfsm.engine.splitfold"):
+            got = fold_split(
+                log, asw, fold_hooks(dsw, index), 0, last, child=[sys.executable, "-c", code]
+            )
+        assert got == want
+        assert state_view(two) == state_view(one)
+        assert says in caplog.text and "folding it here" in caplog.text
+
+
+def test_a_child_that_cannot_start_is_replaced_by_folding_here(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with temp_log() as log:
+        last = write_history(log, random_history(seed=6, steps=300))
+        one, two = fresh_parts(), fresh_parts()
+        want = fold_log(log, *one, split_over=None)
+        asw, dsw, index = two
+        with caplog.at_level(logging.WARNING, logger="volfsm.engine.splitfold"):
+            got = fold_split(
+                log, asw, fold_hooks(dsw, index), 0, last, child=["/nonexistent/python"]
+            )
+        assert got == want
+        assert state_view(two) == state_view(one)
+        assert "cannot start the pod-volume fold" in caplog.text
+
+
+def test_a_split_fold_needs_an_empty_podvol_state() -> None:
+    with temp_log() as log:
+        last = write_history(log, random_history(seed=8, steps=200))
+        asw, dsw, index = fresh_parts()
+        fold_log(log, asw, dsw, index, split_over=None)
+        assert asw.podvols
+        with pytest.raises(ValueError, match="without pod-volume entries"):
+            fold_split(log, asw, fold_hooks(dsw, index), 0, last)

@@ -1,0 +1,114 @@
+"""A full replay on two cores: the pod-volume entries are folded by a child process.
+
+Without a snapshot the engine folds the whole log, and one Python process
+folds about 250,000 events a second. Pod-volume entries are the largest
+part of the ASW's work and depend on nothing else (`projections.podvolfold`),
+so for a big fold from an empty state a child process folds them while
+this one reads every other row: devices, the desired state, and the hooks
+(DSW and index, which also need the pod-volume events that change who
+holds a volume). The child's entries are then put in place, as a full
+fold in one process would have built them (tests/snapshot checks it).
+
+If the child cannot be started, fails or sends something unreadable, the
+pod-volume part is folded here instead (slower, never wrong) and a warning
+says why. Only a fold of at least `SPLIT_OVER` events from an empty ASW is
+split: a start from a snapshot replays a short tail in-process.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import Mapping
+
+from events.log import EventLog
+from events.streams import PODVOL_PREFIX
+from events.types import EVENT_TYPES
+from projections.asw import Asw, Hook
+from projections.podvolfold import decode_part, fold_podvols
+
+SPLIT_OVER = 200_000
+"""Smallest number of events a split fold is used for (below, the child costs more)."""
+
+CHILD_TIMEOUT_S = 600.0
+
+_logger = logging.getLogger(__name__)
+
+
+def fold_split(
+    log_: EventLog,
+    asw: Asw,
+    hooks: Mapping[type, Hook],
+    after: int,
+    until: int,
+    *,
+    child: list[str] | None = None,
+) -> tuple[int, int]:
+    """Fold (after, until] into an empty-podvols `asw` with `hooks`; (last seq, events).
+
+    `child` replaces the child's command (tests use it to make the child fail).
+    """
+    if asw.podvols:
+        raise ValueError("a split fold needs an ASW without pod-volume entries")
+    command = child or [
+        sys.executable,
+        "-m",
+        "projections.podvolfold",
+        str(log_.path),
+        str(after),
+        str(until),
+    ]
+    try:
+        proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+    except OSError as exc:
+        _logger.warning("split replay: cannot start the pod-volume fold (%s); folding it here", exc)
+        proc = None
+    hooked = tuple(name for name, cls in EVENT_TYPES.items() if cls in hooks)
+    try:
+        with log_.scan_rows(
+            after, until, prefix=PODVOL_PREFIX, other_streams=True, also_types=hooked
+        ) as rows:
+            asw.fold_rows(rows, hooks, with_podvols=False)
+        part = _child_result(proc) if proc is not None else None
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if part is None:
+        part = fold_podvols(log_, after, until)
+    asw.podvols.update(part.podvols)
+    if part.last_seq > asw.last_seq:
+        asw.last_seq, asw.last_ts = part.last_seq, part.last_ts
+    count = log_.count_between(after, until)
+    return (asw.last_seq if count else after), count
+
+
+def _child_result(proc: subprocess.Popen[bytes]) -> Asw | None:
+    """The child's pod-volume part, or None (and a warning saying why)."""
+    try:
+        out, err = proc.communicate(timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _logger.warning(
+            "split replay: the pod-volume fold took over %.0f s; folding it here", CHILD_TIMEOUT_S
+        )
+        return None
+    if proc.returncode != 0:
+        tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        _logger.warning(
+            "split replay: the pod-volume fold exited with %s (%s); folding it here",
+            proc.returncode,
+            tail[0],
+        )
+        return None
+    try:
+        return decode_part(out)
+    except Exception as exc:  # msgspec.DecodeError, a bad struct: never trust it
+        _logger.warning(
+            "split replay: the pod-volume fold sent %d unreadable bytes (%s); folding it here",
+            len(out),
+            exc,
+        )
+        return None

@@ -13,6 +13,12 @@ If the child cannot be started, fails or sends something unreadable, the
 pod-volume part is folded here instead (slower, never wrong) and a warning
 says why. Only a fold of at least `SPLIT_OVER` events from an empty ASW is
 split: a start from a snapshot replays a short tail in-process.
+
+The child only reads the log. If the service dies while it runs, the child
+finishes its fold (seconds), fails to write to the closed pipe and exits;
+it is not tied to its parent with PR_SET_PDEATHSIG because that follows the
+thread that started it (here a worker thread) and needs a `preexec_fn`,
+which is unsafe in a process with threads.
 """
 
 from __future__ import annotations

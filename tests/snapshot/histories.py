@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from events.log import ANY_VERSION, EventLog
@@ -180,6 +181,15 @@ def random_history(seed: int, steps: int) -> list[Step]:
     """`steps` appends drawn from a seeded generator."""
     r = random.Random(seed)
     return [draw_step(r) for _ in range(steps)]
+
+
+def fold_settings(max_examples: int) -> settings:
+    """Hypothesis settings for the fold properties: no deadline (they write a log each)."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
 
 
 @contextlib.contextmanager

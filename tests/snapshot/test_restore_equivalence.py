@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from events.log import EventLog
@@ -23,6 +23,7 @@ from volfsm.engine.snapshot import encode_state, restore, save_state
 from .histories import (
     Step,
     StepClock,
+    fold_settings,
     fresh_parts,
     full_fold,
     histories,
@@ -32,11 +33,7 @@ from .histories import (
     write_history,
 )
 
-SETTINGS = settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+SETTINGS = fold_settings(60)
 
 
 @SETTINGS

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
 from events.log import EventLog
 from volfsm.engine.snapshot import fold_hooks, fold_log
@@ -23,6 +23,7 @@ from volfsm.engine.splitfold import fold_split
 from .histories import (
     Step,
     StepClock,
+    fold_settings,
     fresh_parts,
     histories,
     random_history,
@@ -31,11 +32,7 @@ from .histories import (
     write_history,
 )
 
-SETTINGS = settings(
-    max_examples=15,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+SETTINGS = fold_settings(15)
 
 
 @SETTINGS
@@ -67,14 +64,21 @@ def test_split_fold_of_a_long_history_with_a_bound(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("code", "says"),
+    ("command", "says"),
     [
-        ("import sys; sys.stderr.write('boom\\n'); sys.exit(3)", "exited with 3 (boom)"),
-        ("import sys; sys.stdout.write('not msgpack')", "11 unreadable bytes"),
+        (
+            [sys.executable, "-c", "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"],
+            "exited with 3 (boom)",
+        ),
+        (
+            [sys.executable, "-c", "import sys; sys.stdout.write('not msgpack')"],
+            "11 unreadable bytes",
+        ),
+        (["/nonexistent/python"], "cannot start the pod-volume fold"),
     ],
 )
 def test_a_failing_child_is_replaced_by_folding_here(
-    code: str, says: str, caplog: pytest.LogCaptureFixture
+    command: list[str], says: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with temp_log() as log:
         last = write_history(log, random_history(seed=4, steps=400))
@@ -82,29 +86,10 @@ def test_a_failing_child_is_replaced_by_folding_here(
         want = fold_log(log, *one, split_over=None)
         asw, dsw, index = two
         with caplog.at_level(logging.WARNING, logger="volfsm.engine.splitfold"):
-            got = fold_split(
-                log, asw, fold_hooks(dsw, index), 0, last, child=[sys.executable, "-c", code]
-            )
+            got = fold_split(log, asw, fold_hooks(dsw, index), 0, last, child=command)
         assert got == want
         assert state_view(two) == state_view(one)
         assert says in caplog.text and "folding it here" in caplog.text
-
-
-def test_a_child_that_cannot_start_is_replaced_by_folding_here(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    with temp_log() as log:
-        last = write_history(log, random_history(seed=6, steps=300))
-        one, two = fresh_parts(), fresh_parts()
-        want = fold_log(log, *one, split_over=None)
-        asw, dsw, index = two
-        with caplog.at_level(logging.WARNING, logger="volfsm.engine.splitfold"):
-            got = fold_split(
-                log, asw, fold_hooks(dsw, index), 0, last, child=["/nonexistent/python"]
-            )
-        assert got == want
-        assert state_view(two) == state_view(one)
-        assert "cannot start the pod-volume fold" in caplog.text
 
 
 def test_a_split_fold_needs_an_empty_podvol_state() -> None:

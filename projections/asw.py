@@ -346,16 +346,11 @@ class _SucceededView(msgspec.Struct, frozen=True, gc=False):
     op_id: str
 
 
-_VIEW_DECODERS: dict[str, Callable[[bytes], Any]] = {
-    "OperationStarted": msgspec.msgpack.Decoder(_StartedView).decode,
-    "OperationSucceeded": msgspec.msgpack.Decoder(_SucceededView).decode,
-}
-"""Current-schema bodies `fold_rows` decodes as views (the rest: the full union)."""
-
-_VIEW_CLASSES: dict[str, type] = {
+_VIEWS: dict[str, type] = {
     "OperationStarted": _StartedView,
     "OperationSucceeded": _SucceededView,
 }
+"""Current-schema bodies `fold_rows` decodes as views (the rest: the full union)."""
 
 _OPERATIONS: dict[type, Callable[[Entry, Any, int], None]] = {
     OperationStarted: _op_started,
@@ -495,13 +490,11 @@ def _fold_plans(hooks: Mapping[type, Hook]) -> dict[str, _FoldPlan]:
     plans: dict[str, _FoldPlan] = {}
     for name, cls in EVENT_TYPES.items():
         hook = hooks.get(cls)
-        view = _VIEW_DECODERS.get(name)
-        view_cls = _VIEW_CLASSES.get(name)
-        use_view = view is not None and hook is None
-        op_key: type = view_cls if use_view and view_cls is not None else cls
+        view = _VIEWS.get(name) if hook is None else None
+        op_key = view or cls
         plans[name] = _FoldPlan(
             schema=CURRENT_SCHEMAS[name],
-            decode=view if use_view and view is not None else decode_current_body,
+            decode=msgspec.msgpack.Decoder(view).decode if view else decode_current_body,
             device_op=_OPERATIONS.get(op_key),
             device_moves=_DEVICE_NEXT.get(name),
             device_update=_DEVICE_UPDATES.get(cls),

@@ -5,7 +5,8 @@ A pod-volume entry depends only on the events of its own stream and on
 those rows alone fold to exactly the `podvols` a full fold builds, in the
 same order. `volfsm.engine.splitfold` runs this in a second process while
 it folds everything else: `python -m projections.podvolfold LOG AFTER UNTIL`
-writes one msgpack `PodvolPart` to stdout.
+writes that ASW (its `last_seq` and `last_ts` are those of the last row it
+folded) to stdout as `projections.snapshot.encode_asw` bytes.
 """
 
 from __future__ import annotations
@@ -14,24 +15,13 @@ import gc
 import sys
 from pathlib import Path
 
-import msgspec
-
 from events.log import EventLog
 from events.streams import PODVOL_PREFIX
 from projections.asw import Asw
-from projections.snapshot import decode_asw, encode_asw
+from projections.snapshot import encode_asw
 
 CLEANUP_TYPES = ("PodCleanedUp",)
 """Events outside the pod-volume streams that change pod-volume entries."""
-
-
-class PodvolPart(msgspec.Struct, array_like=True, frozen=True):
-    """What the child folded: the pod-volume entries and the last row it saw."""
-
-    last_seq: int
-    last_ts: int
-    asw: bytes
-    """`encode_asw` of an ASW holding only the pod-volume entries."""
 
 
 def fold_podvols(log: EventLog, after: int, until: int) -> Asw:
@@ -42,19 +32,6 @@ def fold_podvols(log: EventLog, after: int, until: int) -> Asw:
     return asw
 
 
-def encode_part(asw: Asw) -> bytes:
-    """`fold_podvols` output as the bytes the child writes."""
-    return msgspec.msgpack.encode(PodvolPart(asw.last_seq, asw.last_ts, encode_asw(asw)))
-
-
-def decode_part(data: bytes) -> Asw:
-    """The child's bytes back as an ASW (shared error records joined again)."""
-    part = msgspec.msgpack.decode(data, type=PodvolPart)
-    asw = decode_asw(part.asw)
-    asw.last_seq, asw.last_ts = part.last_seq, part.last_ts
-    return asw
-
-
 def main(argv: list[str]) -> int:
     """Child entry point: LOG AFTER UNTIL; the part on stdout, exit 0."""
     if len(argv) != 3:
@@ -62,7 +39,7 @@ def main(argv: list[str]) -> int:
         return 2
     gc.disable()
     with EventLog(Path(argv[0]), readonly=True) as log:
-        data = encode_part(fold_podvols(log, int(argv[1]), int(argv[2])))
+        data = encode_asw(fold_podvols(log, int(argv[1]), int(argv[2])))
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
     return 0

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 
 from events.log import EventLog
+from volfsm.engine import splitfold
 from volfsm.engine.snapshot import fold_hooks, fold_log
 from volfsm.engine.splitfold import fold_split
 
@@ -75,11 +76,16 @@ def test_split_fold_of_a_long_history_with_a_bound(tmp_path: Path) -> None:
             "11 unreadable bytes",
         ),
         (["/nonexistent/python"], "cannot start the pod-volume fold"),
+        ([sys.executable, "-c", "import time; time.sleep(600)"], "sent nothing 1 s after"),
     ],
 )
 def test_a_failing_child_is_replaced_by_folding_here(
-    command: list[str], says: str, caplog: pytest.LogCaptureFixture
+    command: list[str],
+    says: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(splitfold, "CHILD_WAIT_MIN_S", 1.0)  # the hung child is given 1 s
     with temp_log() as log:
         last = write_history(log, random_history(seed=4, steps=400))
         one, two = fresh_parts(), fresh_parts()

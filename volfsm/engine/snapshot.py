@@ -193,16 +193,16 @@ def fold_hooks(dsw: DesiredStateOfWorld, index: EngineIndex) -> dict[type, Hook]
 
 def _then_dsw(index_fold: Hook | None, dsw_fold: Callable[[Any], None] | None) -> Hook | None:
     """The index's fold of a desired-state event, then the DSW's (either may be missing)."""
-    if index_fold is None or dsw_fold is None:
-        if dsw_fold is None:
-            return index_fold
-        only_dsw = dsw_fold
+    if dsw_fold is None:
+        return index_fold
+    then = dsw_fold
+    if index_fold is None:
 
         def dsw_only(body: Any, _: int) -> None:
-            only_dsw(body)
+            then(body)
 
         return dsw_only
-    first, then = index_fold, dsw_fold
+    first = index_fold
 
     def desired(body: Any, version: int) -> None:
         first(body, version)

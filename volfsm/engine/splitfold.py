@@ -26,18 +26,21 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 
 from events.log import EventLog
 from events.streams import PODVOL_PREFIX
 from events.types import EVENT_TYPES
 from projections.asw import Asw, Hook
-from projections.podvolfold import decode_part, fold_podvols
+from projections.podvolfold import fold_podvols
+from projections.snapshot import decode_asw
 
 SPLIT_OVER = 200_000
 """Smallest number of events a split fold is used for (below, the child costs more)."""
 
-CHILD_TIMEOUT_S = 600.0
+CHILD_WAIT_MIN_S = 30.0
+"""After its own half, wait for the child at least this long, or 4x that half's time."""
 
 _logger = logging.getLogger(__name__)
 
@@ -73,12 +76,14 @@ def fold_split(
         _logger.warning("split replay: cannot start the pod-volume fold (%s); folding it here", exc)
         proc = None
     hooked = tuple(name for name, cls in EVENT_TYPES.items() if cls in hooks)
+    started = time.monotonic()
     try:
         with log_.scan_rows(
             after, until, prefix=PODVOL_PREFIX, other_streams=True, also_types=hooked
         ) as rows:
             asw.fold_rows(rows, hooks, with_podvols=False)
-        part = _child_result(proc) if proc is not None else None
+        wait_s = max(CHILD_WAIT_MIN_S, 4 * (time.monotonic() - started))
+        part = _child_result(proc, wait_s) if proc is not None else None
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -92,13 +97,15 @@ def fold_split(
     return (asw.last_seq if count else after), count
 
 
-def _child_result(proc: subprocess.Popen[bytes]) -> Asw | None:
-    """The child's pod-volume part, or None (and a warning saying why)."""
+def _child_result(proc: subprocess.Popen[bytes], wait_s: float) -> Asw | None:
+    """The child's pod-volume part within `wait_s`, or None (and a warning saying why)."""
     try:
-        out, err = proc.communicate(timeout=CHILD_TIMEOUT_S)
+        out, err = proc.communicate(timeout=wait_s)
     except subprocess.TimeoutExpired:
         _logger.warning(
-            "split replay: the pod-volume fold took over %.0f s; folding it here", CHILD_TIMEOUT_S
+            "split replay: the pod-volume fold sent nothing %.0f s after this half was done; "
+            "folding it here",
+            wait_s,
         )
         return None
     if proc.returncode != 0:
@@ -110,7 +117,7 @@ def _child_result(proc: subprocess.Popen[bytes]) -> Asw | None:
         )
         return None
     try:
-        return decode_part(out)
+        return decode_asw(out)
     except Exception as exc:  # msgspec.DecodeError, a bad struct: never trust it
         _logger.warning(
             "split replay: the pod-volume fold sent %d unreadable bytes (%s); folding it here",

@@ -36,8 +36,10 @@ from projections.asw import Asw, Hook
 from projections.podvolfold import fold_podvols
 from projections.snapshot import decode_asw
 
-SPLIT_OVER = 200_000
-"""Smallest number of events a split fold is used for (below, the child costs more)."""
+SPLIT_OVER = 400_000
+"""Smallest number of events a split fold is used for. The child's start (interpreter
+and imports, ~0.35 s) eats the gain up to about 250,000 events (bench/recovery.py
+--quick: 200,000 events, split 0.95x of one process)."""
 
 CHILD_WAIT_MIN_S = 30.0
 """After its own half, wait for the child at least this long, or 4x that half's time."""

@@ -31,7 +31,6 @@ import json
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -42,6 +41,7 @@ if str(ROOT) not in sys.path:
 import nats  # noqa: E402
 from nats.js import JetStreamContext  # noqa: E402
 from nats.js.api import AckPolicy, ConsumerConfig  # noqa: E402
+from workdir import scratch_dir  # noqa: E402
 
 from events.types import Envelope  # noqa: E402
 from tests.analytics.sim import STREAM, SimNode, interleave, mixed_workload, publish  # noqa: E402
@@ -166,7 +166,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="volfsm-bench-analytics-", dir=ROOT / "bench"))
+    work = scratch_dir("volfsm-bench-analytics-")
     try:
         result = asyncio.run(run(args, work))
     finally:

@@ -35,7 +35,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from workdir import scratch  # noqa: E402
 
 from events.log import ANY_VERSION, EventLog  # noqa: E402
 from events.streams import device_stream, pod_stream, podvol_stream  # noqa: E402
@@ -257,7 +258,7 @@ def pod_object(uid: str, claims: list[str]) -> dict[str, Any]:
 
 async def reaction(trials: int) -> list[float]:
     """apply(pod) -> its OperationStarted durable, in ms, one pod at a time."""
-    with tempfile.TemporaryDirectory(dir=ROOT / "bench") as tmp:
+    with scratch("volfsm-bench-engine-") as tmp:
         log = EventLog(Path(tmp) / "volfsm.db", node="bench")
         plugin = InstantPlugin(attachable=True, device_mountable=True)
         engine = VolumeEngine(log, Path(tmp) / "root", catalog(plugin), EngineConfig())
@@ -291,7 +292,7 @@ async def reaction(trials: int) -> list[float]:
 
 async def mounts(pods: int, per_pod: int, chunk: int = 100) -> dict[str, float]:
     """Apply `pods` pods of `per_pod` PV-backed volumes; pod-volumes Mounted per second."""
-    with tempfile.TemporaryDirectory(dir=ROOT / "bench") as tmp:
+    with scratch("volfsm-bench-engine-") as tmp:
         log = EventLog(Path(tmp) / "volfsm.db", node="bench")
         plugin = InstantPlugin(attachable=True, device_mountable=True)
         engine = VolumeEngine(log, Path(tmp) / "root", catalog(plugin), EngineConfig())
@@ -321,7 +322,7 @@ async def mounts(pods: int, per_pod: int, chunk: int = 100) -> dict[str, float]:
 
 def run_child(n: int) -> dict[str, float]:
     """Populate a log in one child process, then measure an engine on it in a fresh one."""
-    with tempfile.TemporaryDirectory(dir=ROOT / "bench") as tmp:
+    with scratch("volfsm-bench-engine-") as tmp:
         log = str(Path(tmp) / "volfsm.db")
         for mode in ("--child-populate", "--child-idle"):
             out = subprocess.run(

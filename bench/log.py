@@ -35,7 +35,6 @@ import shutil
 import sqlite3
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import tracemalloc
@@ -48,6 +47,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import msgspec  # noqa: E402
+from workdir import scratch_dir  # noqa: E402
 
 from events.log import EventLog  # noqa: E402
 from events.types import (  # noqa: E402
@@ -84,15 +84,8 @@ def say(name: str, value: float, unit: str, note: str = "") -> None:
 
 
 def bench_dir() -> Path:
-    """A fresh temporary directory on the disk that holds the project."""
-    project_dev = os.stat(ROOT).st_dev
-    for base in (Path(tempfile.gettempdir()), Path("/var/tmp"), ROOT):
-        try:
-            if base.is_dir() and os.stat(base).st_dev == project_dev:
-                return Path(tempfile.mkdtemp(prefix="volfsm-bench-", dir=base))
-        except OSError:
-            continue
-    return Path(tempfile.mkdtemp(prefix=".volfsm-bench-", dir=ROOT))
+    """A fresh temporary directory outside the checkout (see bench/workdir.py)."""
+    return scratch_dir("volfsm-bench-")
 
 
 # ------------------------------------------------------------------ workload

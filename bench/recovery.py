@@ -76,6 +76,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import msgspec  # noqa: E402
+from workdir import scratch_dir  # noqa: E402
 
 from events.log import ANY_VERSION, EventLog  # noqa: E402
 from events.types import Body, Event, OperationStarted  # noqa: E402
@@ -645,7 +646,7 @@ def main() -> None:
         print(json.dumps(result), flush=True)
         os._exit(0)  # the copy is thrown away: no need to drain what the first pass started
     small, large = (20_000, 200_000) if args.quick else (100_000, 1_000_000)
-    work = args.keep or Path(tempfile.mkdtemp(prefix="volfsm-bench-recovery-", dir=ROOT / "bench"))
+    work = args.keep or scratch_dir("volfsm-bench-recovery-")
     work.mkdir(parents=True, exist_ok=True)
     r: dict[str, Any] = {"events_small": small, "events_large": large}
     try:

@@ -35,7 +35,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +43,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from workdir import scratch_dir  # noqa: E402
 
 from events.log import ANY_VERSION, EventLog  # noqa: E402
 from events.streams import device_stream, pod_stream, podvol_stream  # noqa: E402
@@ -289,7 +290,7 @@ def main() -> None:
     if args.write_only is not None:  # the child that writes the log (see below)
         print(write_log(args.write_only, args.events))
         return
-    tmp = Path(tempfile.mkdtemp(prefix="volfsm-bench-replay-", dir=ROOT))
+    tmp = scratch_dir("volfsm-bench-replay-")
     try:
         path = args.keep if args.keep is not None else tmp / "volfsm.db"
         t0 = time.perf_counter()

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from events.streams import DEVICE_PREFIX, PODVOL_PREFIX
 from events.types import Envelope, OperationFailed, OperationSucceeded, PodAdded
 from projections.asw import Asw
-from projections.story import size_text
+from projections.textfmt import size_text
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,14 +36,8 @@ from events.types import (
     PodRemoved,
 )
 from projections.asw import Asw, DeviceState, PodVolumeState
-from projections.story import (
-    EMPTY_DIR_PLUGIN,
-    duration_text,
-    iso_time,
-    relative_text,
-    seconds_text,
-    size_text,
-)
+from projections.story import EMPTY_DIR_PLUGIN
+from projections.textfmt import duration_text, iso_time, relative_text, seconds_text, size_text
 
 RECENT_ATTEMPTS = 5
 """How many of a stream's latest operation attempts are kept and shown."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from events.streams import DEVICE_PREFIX, POD_PREFIX, PODVOL_PREFIX
 from events.tables import DEVICE_FSM, GLOBALLY_MOUNTED, PODVOL_FSM, UNMOUNTED
@@ -43,79 +42,7 @@ from events.types import (
     VolumeUnmounted,
 )
 from projections.asw import Asw, DeviceState, OperationRecord, PodVolumeState
-
-# ------------------------------------------------------------------ text helpers
-
-
-def iso_time(ts_us: int | None) -> str:
-    """A UTC µs timestamp as ISO 8601 with milliseconds and `Z` ('' for None)."""
-    if ts_us is None:
-        return ""
-    sec, us = divmod(ts_us, 1_000_000)
-    return f"{datetime.fromtimestamp(sec, tz=UTC):%Y-%m-%dT%H:%M:%S}.{us // 1000:03d}Z"
-
-
-class IsoClock:
-    """`iso_time` that remembers what it formatted last (replays ask in time order)."""
-
-    __slots__ = ("_last", "_prefix", "_sec", "_text")
-
-    def __init__(self) -> None:
-        self._last = -1
-        self._text = ""
-        self._sec = -1
-        self._prefix = ""
-
-    def __call__(self, ts_us: int) -> str:
-        if ts_us == self._last:
-            return self._text
-        sec, us = divmod(ts_us, 1_000_000)
-        if sec != self._sec:
-            self._sec = sec
-            self._prefix = f"{datetime.fromtimestamp(sec, tz=UTC):%Y-%m-%dT%H:%M:%S}"
-        self._last = ts_us
-        self._text = f"{self._prefix}.{us // 1000:03d}Z"
-        return self._text
-
-
-def duration_text(us: int) -> str:
-    """A duration in µs for humans: '0.450s', '2m03.500s', '1h02m03s'."""
-    seconds = us / 1_000_000
-    if seconds < 60:
-        return f"{seconds:.3f}s"
-    minutes, secs = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{int(minutes)}m{secs:06.3f}s"
-    hours, mins = divmod(int(minutes), 60)
-    return f"{hours}h{mins:02d}m{int(secs):02d}s"
-
-
-def relative_text(target_us: int, at_us: int) -> str:
-    """'in 2.500s', '1.000s ago' or 'now': `target_us` seen from `at_us`."""
-    if target_us > at_us:
-        return f"in {duration_text(target_us - at_us)}"
-    if target_us < at_us:
-        return f"{duration_text(at_us - target_us)} ago"
-    return "now"
-
-
-def size_text(n: int | None) -> str:
-    """A size in bytes with a binary unit ('?' for None)."""
-    if n is None:
-        return "?"
-    value = float(n)
-    unit = "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            break
-        value /= 1024
-    return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
-
-
-def seconds_text(seconds: float) -> str:
-    """A float number of seconds as written in the log: '0.5s', '122s'."""
-    return f"{seconds:g}s"
-
+from projections.textfmt import duration_text, iso_time, seconds_text, size_text
 
 # ---------------------------------------------------------------- driver calls
 

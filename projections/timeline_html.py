@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from html import escape
 
 from events.tables import DEVICE_FSM, PODVOL_FSM
-from projections.story import duration_text, iso_time, seconds_text
+from projections.textfmt import duration_text, iso_time, seconds_text
 from projections.timeline import OperationMark, Segment, Timeline, Timelines
 
 STATE_COLORS: dict[str, str] = {

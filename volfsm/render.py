@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from projections.story import duration_text, iso_time, size_text
+from projections.textfmt import duration_text, iso_time, size_text
 
 STATE_STYLES = {
     "Uncertain": "bold yellow",

@@ -138,7 +138,7 @@ def test_serve_refuses_from_start_with_since(tmp_path: Path) -> None:
 
 
 def test_time_arguments() -> None:
-    from volfsm.analytics.timearg import parse_time
+    from projections.textfmt import parse_time
 
     now = 1_700_000_000_000_000
     assert parse_time("now", now) == now

@@ -18,15 +18,8 @@ from events.types import (
     VolumeSource,
 )
 from projections.asw import fold
-from projections.story import (
-    IsoClock,
-    Story,
-    driver_calls,
-    iso_time,
-    relative_text,
-    size_text,
-    summary_lines,
-)
+from projections.story import Story, driver_calls, summary_lines
+from projections.textfmt import IsoClock, iso_time, relative_text, size_text
 from tests.projections.builders import T0, History
 from tests.replay.incident import DATA_PV, WEB_UID, envelopes
 

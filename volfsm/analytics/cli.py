@@ -14,13 +14,13 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from projections.textfmt import TIME_HELP, parse_time
 from volfsm.analytics.defaults import (
     DEFAULT_DURABLE,
     DEFAULT_LAG_THRESHOLD_S,
     DEFAULT_STUCK_THRESHOLD_S,
     EVENT_SUBJECTS,
 )
-from volfsm.analytics.timearg import TIME_HELP, parse_time
 
 app = typer.Typer(
     help="Cluster-wide storage analytics over every node's events in JetStream.",

@@ -6,12 +6,9 @@ the command with one line on stderr naming the path and exit code 2.
 
 from __future__ import annotations
 
-import re
 import sqlite3
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -20,6 +17,7 @@ import typer
 
 from events.errors import LogMissingError, LogOpenError, UnknownEventError
 from events.log import EventLog
+from projections import textfmt
 from volfsm.paths import DATA_DIR_ENV, DEFAULT_DATA_DIR, LOG_FILENAME, log_path
 
 EXIT_USAGE = 2
@@ -49,11 +47,6 @@ DbOpt = Annotated[
 OutputOpt = Annotated[
     Output, typer.Option("--output", "-o", help="Output format.", case_sensitive=False)
 ]
-
-TIME_HELP = (
-    "ISO 8601 time, e.g. 2024-05-01T03:10:00Z or 2024-05-01T05:10:00+02:00 (no offset: UTC), "
-    "'now', or relative to now: -90s, -5m, -2h, -1d."
-)
 
 
 def fail(message: str) -> NoReturn:
@@ -86,26 +79,9 @@ def open_log(data_dir: Path | None, db: Path | None) -> Iterator[EventLog]:
         log.close()
 
 
-_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def parse_time(text: str, *, option: str, now_us: int | None = None) -> int:
-    """A TIME argument as UTC µs: ISO 8601 (Z / offset / naive=UTC), 'now', or '-5m'."""
-    now = now_us if now_us is not None else time.time_ns() // 1000
-    value = text.strip()
-    if value == "now":
-        return now
-    rel = _RELATIVE.match(value)
-    if rel is not None:
-        return now - round(float(rel.group(1)) * _UNIT_S[rel.group(2)] * 1_000_000)
+    """A TIME argument as UTC µs (`projections.textfmt.parse_time`); a bad one names `option`."""
     try:
-        dt = datetime.fromisoformat(value)
-    except ValueError:
-        raise typer.BadParameter(
-            f"{text!r} is not a time. Use {TIME_HELP}", param_hint=option
-        ) from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    delta = dt - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        return textfmt.parse_time(text, now_us)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None

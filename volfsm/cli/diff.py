@@ -8,7 +8,8 @@ import msgspec
 import typer
 
 from projections.diff import EntryChange, WorldDiff, diff_log
-from volfsm.cli.common import TIME_HELP, DataDirOpt, DbOpt, Output, OutputOpt, open_log, parse_time
+from projections.textfmt import TIME_HELP
+from volfsm.cli.common import DataDirOpt, DbOpt, Output, OutputOpt, open_log, parse_time
 from volfsm.render import fmt_bytes, fmt_ts, print_json, print_line, print_table
 
 

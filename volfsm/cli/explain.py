@@ -17,16 +17,8 @@ from projections.explain import (
     describe_attempt,
     explain_folded,
 )
-from volfsm.cli.common import (
-    TIME_HELP,
-    DataDirOpt,
-    DbOpt,
-    Output,
-    OutputOpt,
-    fail,
-    open_log,
-    parse_time,
-)
+from projections.textfmt import TIME_HELP
+from volfsm.cli.common import DataDirOpt, DbOpt, Output, OutputOpt, fail, open_log, parse_time
 from volfsm.render import fmt_duration, fmt_ts, print_json, print_line
 
 

@@ -13,7 +13,8 @@ from events.log import EventLog
 from events.streams import stream_kind
 from events.types import EVENT_TYPES, Envelope, PodAdded
 from projections.history import EventFilter, select
-from volfsm.cli.common import TIME_HELP, DataDirOpt, DbOpt, Output, OutputOpt, open_log, parse_time
+from projections.textfmt import TIME_HELP
+from volfsm.cli.common import DataDirOpt, DbOpt, Output, OutputOpt, open_log, parse_time
 from volfsm.render import fmt_ts, print_json, print_table
 
 _IMPLIED_BY_STREAM = {

@@ -23,15 +23,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from events.log import EventLog
 from events.types import Envelope
 from projections.story import (
-    IsoClock,
     OperationFacts,
     StateSummary,
     Story,
     StoryLine,
-    iso_time,
     summary_lines,
 )
-from volfsm.cli.common import TIME_HELP, DataDirOpt, DbOpt, Output, OutputOpt, open_log, parse_time
+from projections.textfmt import TIME_HELP, IsoClock, iso_time
+from volfsm.cli.common import DataDirOpt, DbOpt, Output, OutputOpt, open_log, parse_time
 
 PROGRESS_MIN_EVENTS = 20_000
 """Replays shorter than this never show a progress bar unless asked to."""

@@ -9,7 +9,8 @@ import typer
 from events.log import EventLog
 from events.types import PodAdded
 from projections.asw import Asw, DeviceState, OperationRecord, PodVolumeState
-from volfsm.cli.common import TIME_HELP, DataDirOpt, DbOpt, Output, OutputOpt, open_log, parse_time
+from projections.textfmt import TIME_HELP
+from volfsm.cli.common import DataDirOpt, DbOpt, Output, OutputOpt, open_log, parse_time
 from volfsm.render import (
     fmt_bytes,
     fmt_duration,

@@ -73,7 +73,7 @@ from volfsm.layout import RootLayout
 from volfsm.natsutil import NatsServer
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.emptydir import EmptyDirPlugin
-from volfsm.relay import Relay
+from volfsm.relay import Relay, RelayConfig
 
 NODE = "bench"
 SERVE_NODE = "bench-serve"
@@ -144,7 +144,7 @@ async def bench_relay(
     """Appends and relay together: (relay events/s end to end, append events/s)."""
     await drop_streams(url)
     log = EventLog(log_path, node=NODE)
-    relay = Relay(log, url, NODE, max_inflight=window)
+    relay = Relay(log, url, NODE, RelayConfig(max_inflight=window))
     try:
         await relay.start()
         start = time.perf_counter()
@@ -166,7 +166,7 @@ async def bench_catchup(url: str, log_path: Path, n: int, window: int) -> float:
     """The relay draining an n-event backlog it did not see being written."""
     await drop_streams(url)
     log = EventLog(log_path, node=NODE)
-    relay = Relay(log, url, NODE, stream="CATCHUP", max_inflight=window)
+    relay = Relay(log, url, NODE, RelayConfig(stream="CATCHUP", max_inflight=window))
     try:
         start = time.perf_counter()
         await relay.start()
@@ -235,7 +235,7 @@ async def bench_append_nats_down(
         finally:
             log.close()
         log = EventLog(workdir / f"down{i}.db", node=NODE)
-        relay = Relay(log, server.url, NODE, backoff_max_s=0.5, connect_timeout_s=0.5)
+        relay = Relay(log, server.url, NODE, RelayConfig(backoff_max_s=0.5, connect_timeout_s=0.5))
         try:
             await relay.start()
             append_s = await append_all(log, batches, relay)

@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -64,6 +64,7 @@ __all__ = [
     "NatsAuthError",
     "NatsSetupError",
     "Relay",
+    "RelayConfig",
     "RelayCounters",
     "StreamAheadError",
     "StreamConfigError",
@@ -120,6 +121,28 @@ class _SessionEnded(Exception):
     """The current connection is no longer trusted; reconnect and reconcile."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class RelayConfig:
+    """How a relay publishes: the stream, its window and timings, and the NATS connect options."""
+
+    stream: str = "VOLFSM"
+    replicas: int = 1
+    duplicate_window_s: float = 120.0
+    max_inflight: int = 256
+    """Publishes awaiting a PubAck at once."""
+    publish_timeout_s: float = 5.0
+    poll_interval_s: float = 0.2
+    """How often the log is looked at when no append wakes the relay."""
+    connect_timeout_s: float = 2.0
+    backoff_initial_s: float = 0.1
+    backoff_max_s: float = 5.0
+    """Reconnect backoff bounds."""
+    cursor_name: str | None = None
+    """The log cursor of acknowledged events (default ``relay:<stream>``)."""
+    connect_options: dict[str, Any] = field(default_factory=dict)
+    """Passed to nats-py's connect (credentials, TLS, name); not the reconnect options."""
+
+
 class Relay:
     """Publishes one node's event log to a JetStream stream; see the module docstring.
 
@@ -133,48 +156,39 @@ class Relay:
         log: EventLog,
         nats_url: str,
         node: str,
-        *,
-        stream: str = "VOLFSM",
-        replicas: int = 1,
-        duplicate_window_s: float = 120.0,
-        max_inflight: int = 256,
-        publish_timeout_s: float = 5.0,
-        poll_interval_s: float = 0.2,
-        connect_timeout_s: float = 2.0,
-        backoff_initial_s: float = 0.1,
-        backoff_max_s: float = 5.0,
-        cursor_name: str | None = None,
-        **connect_options: Any,
+        config: RelayConfig | None = None,
     ) -> None:
-        owned = OWNED_OPTIONS & connect_options.keys()
+        cfg = config if config is not None else RelayConfig()
+        owned = OWNED_OPTIONS & cfg.connect_options.keys()
         if owned:
             raise ValueError(
                 f"the relay manages {sorted(owned)} itself (it reconnects and reconciles "
                 "on its own); do not pass them"
             )
-        if max_inflight < 1:
+        if cfg.max_inflight < 1:
             raise ValueError("max_inflight must be at least 1")
-        if publish_timeout_s <= 0:
+        if cfg.publish_timeout_s <= 0:
             raise ValueError("publish_timeout_s must be positive")
+        self.config = cfg
         self.log = log
         self.nats_url = nats_url
         self.node = check_token(node, "node")
-        self.stream = check_token(stream, "stream name")
-        self.replicas = replicas
-        self.duplicate_window_s = duplicate_window_s
-        self.max_inflight = max_inflight
-        self.publish_timeout_s = publish_timeout_s
-        self.poll_interval_s = poll_interval_s
-        self.connect_timeout_s = connect_timeout_s
-        self.backoff_initial_s = backoff_initial_s
-        self.backoff_max_s = backoff_max_s
-        self.cursor_name = cursor_name or f"relay:{stream}"
-        self.connect_options = connect_options
+        self.stream = check_token(cfg.stream, "stream name")
+        self.replicas = cfg.replicas
+        self.duplicate_window_s = cfg.duplicate_window_s
+        self.max_inflight = cfg.max_inflight
+        self.publish_timeout_s = cfg.publish_timeout_s
+        self.poll_interval_s = cfg.poll_interval_s
+        self.connect_timeout_s = cfg.connect_timeout_s
+        self.backoff_initial_s = cfg.backoff_initial_s
+        self.backoff_max_s = cfg.backoff_max_s
+        self.cursor_name = cfg.cursor_name or f"relay:{cfg.stream}"
+        self.connect_options = dict(cfg.connect_options)
         self.counters = RelayCounters()
         self.last_error: str | None = None
         """The most recent reason publishing stopped or could not start (None once healthy)."""
 
-        self._log = logger.bind(node=node, component="relay", nats_stream=stream)
+        self._log = logger.bind(node=node, component="relay", nats_stream=cfg.stream)
         self._subjects: dict[str, str] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -194,7 +208,7 @@ class Relay:
         self._cursor_waiters: list[asyncio.Future[None]] = []
         self._inflight: dict[int, float] = {}
         self._window_waiting = False
-        self._refill = max(1, max_inflight // 8)
+        self._refill = max(1, cfg.max_inflight // 8)
         self._acked_through = 0
         self._cursor = 0
         self._last_sent = 0

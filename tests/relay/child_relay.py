@@ -13,7 +13,7 @@ import sys
 
 from events.log import EventLog
 from tests.relay.helpers import NODE
-from volfsm.relay import Relay
+from volfsm.relay import Relay, RelayConfig
 
 
 async def main(log_path: str, url: str, cursor_limit: int) -> None:
@@ -25,7 +25,7 @@ async def main(log_path: str, url: str, cursor_limit: int) -> None:
             real_set_cursor(name, seq)
 
     log.set_cursor = set_cursor  # type: ignore[method-assign]
-    relay = Relay(log, url, NODE, duplicate_window_s=1.0)
+    relay = Relay(log, url, NODE, RelayConfig(duplicate_window_s=1.0))
     await relay.start()
     last = log.last_seq()
     while relay.acked_seq < last:

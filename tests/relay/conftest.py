@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 from events.log import EventLog
 from tests.relay.helpers import NODE
 from volfsm.natsutil import NatsServer
-from volfsm.relay import Relay
+from volfsm.relay import Relay, RelayConfig
 
 _servers: list[NatsServer] = []
 
@@ -59,6 +60,13 @@ def event_log(tmp_path: Path) -> Iterator[EventLog]:
     log.close()
 
 
+def relay_config(**options: Any) -> RelayConfig:
+    """A RelayConfig from keyword options: its own fields, the rest NATS connect options."""
+    own = {f.name for f in dataclasses.fields(RelayConfig)}
+    connect = {k: v for k, v in options.items() if k not in own}
+    return RelayConfig(**{k: v for k, v in options.items() if k in own}, connect_options=connect)
+
+
 @pytest.fixture
 async def make_relay(event_log: EventLog) -> AsyncIterator[MakeRelay]:
     """Build relays (not started) on `event_log` with test-friendly timings; all stopped after."""
@@ -72,7 +80,7 @@ async def make_relay(event_log: EventLog) -> AsyncIterator[MakeRelay]:
             "connect_timeout_s": 1.0,
         }
         opts.update(kwargs)
-        relay = Relay(log or event_log, url, NODE, **opts)
+        relay = Relay(log or event_log, url, NODE, relay_config(**opts))
         made.append(relay)
         return relay
 

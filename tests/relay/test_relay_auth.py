@@ -17,7 +17,7 @@ from events.log import EventLog
 from tests.relay.conftest import MakeRelay, MakeServer
 from tests.relay.helpers import NODE, STREAM, append_events, assert_stream_matches_log, wait_until
 from volfsm.natsutil import NatsAuthError, NatsServer
-from volfsm.relay import Relay
+from volfsm.relay import Relay, RelayConfig
 
 RELAY_API = [
     "$JS.API.INFO",
@@ -92,10 +92,11 @@ async def test_user_may_not_publish_another_nodes_events(
         log,
         auth_server.url,
         "n2",
-        user=f"relay-{NODE}",
-        password="relay-secret",
-        publish_timeout_s=0.3,
-        backoff_max_s=0.2,
+        RelayConfig(
+            publish_timeout_s=0.3,
+            backoff_max_s=0.2,
+            connect_options={"user": f"relay-{NODE}", "password": "relay-secret"},
+        ),
     )
     try:
         await relay.start()

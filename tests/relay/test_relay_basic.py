@@ -18,7 +18,7 @@ from tests.relay.helpers import (
     wait_until,
 )
 from volfsm.natsutil import NatsServer
-from volfsm.relay import Relay
+from volfsm.relay import Relay, RelayConfig
 
 
 async def test_relay_publishes_the_log_in_order_exactly_once(
@@ -98,7 +98,7 @@ async def test_two_nodes_share_the_stream_without_mixing(
     other_log = EventLog(tmp_path / "n2.db", node="n2")
     try:
         mine = make_relay(nats_server.url)
-        other = Relay(other_log, nats_server.url, "n2", backoff_max_s=0.3)
+        other = Relay(other_log, nats_server.url, "n2", RelayConfig(backoff_max_s=0.3))
         await mine.start()
         await other.start()
         try:

@@ -55,7 +55,7 @@ from volfsm.natsutil.errors import NatsSetupError
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.csi.plugin import CsiPlugin
 from volfsm.plugins.emptydir import EmptyDirPlugin
-from volfsm.relay import Relay
+from volfsm.relay import Relay, RelayConfig
 from volfsm.service.config import NATS_URL_FILENAME, NODE_FILENAME, Settings
 from volfsm.service.http import HttpServer, Response
 from volfsm.service.intake import CommandIntake, CommandProcessor
@@ -215,11 +215,12 @@ class NodeService:
             self.log,
             self.nats_url,
             s.node,
-            stream=s.stream,
-            replicas=s.stream_replicas,
-            duplicate_window_s=s.duplicate_window,
-            name=f"volfsm-{s.node}-relay",
-            **s.nats_options,
+            RelayConfig(
+                stream=s.stream,
+                replicas=s.stream_replicas,
+                duplicate_window_s=s.duplicate_window,
+                connect_options={"name": f"volfsm-{s.node}-relay", **s.nats_options},
+            ),
         )
         engine.handler.subscribe(self.metrics.observe)
         engine.handler.subscribe(log_envelopes)

@@ -37,7 +37,13 @@ from events.types import (
 )
 from projections.asw import Asw, DeviceState, PodVolumeState
 from projections.story import EMPTY_DIR_PLUGIN
-from projections.textfmt import duration_text, iso_time, relative_text, seconds_text, size_text
+from projections.textfmt import (
+    attempt_text,
+    duration_text,
+    iso_time,
+    relative_text,
+    size_text,
+)
 
 RECENT_ATTEMPTS = 5
 """How many of a stream's latest operation attempts are kept and shown."""
@@ -514,16 +520,7 @@ def explain_folded(fold: ExplainFold, ref: str, at_us: int | None = None) -> Pod
 
 
 def describe_attempt(a: Attempt) -> str:
-    """'volume_mount failed: DeadlineExceeded: ... (non-final, backoff 0.5s)' and the like."""
-    if a.status == "running":
-        return f"{a.operation} running"
-    took = (
-        f" in {duration_text(round(a.duration_s * 1_000_000))}" if a.duration_s is not None else ""
-    )
-    if a.status == "succeeded":
-        return f"{a.operation} succeeded{took}"
-    kind = "final" if a.final else "non-final"
-    return (
-        f"{a.operation} failed{took}: {a.code}: {a.message} "
-        f"({kind}, backoff {seconds_text(a.backoff_s)})"
-    )
+    """'volume_mount failed in 0.5s: DeadlineExceeded: ... (non-final, backoff 0.5s)'."""
+    took = round(a.duration_s * 1_000_000) if a.duration_s is not None else None
+    failure = (a.code, a.message, a.final, a.backoff_s) if a.status == "failed" else None
+    return attempt_text(a.operation, a.status, took, failure)

@@ -41,8 +41,15 @@ from events.types import (
     VolumeResized,
     VolumeUnmounted,
 )
-from projections.asw import Asw, DeviceState, OperationRecord, PodVolumeState
-from projections.textfmt import duration_text, iso_time, seconds_text, size_text
+from projections.asw import Asw, DeviceState, PodVolumeState
+from projections.textfmt import (
+    ERROR_MESSAGE_LIMIT,
+    describe_attempt,
+    duration_text,
+    iso_time,
+    seconds_text,
+    size_text,
+)
 
 # ---------------------------------------------------------------- driver calls
 
@@ -164,21 +171,6 @@ class StateSummary:
     pod_volumes: dict[str, int]
     desired_pods: list[str]
     entries: list[EntrySummary] = field(default_factory=list)
-
-
-def describe_operation(op: OperationRecord | None) -> str:
-    """'volume_mount running since <t>', 'unmount_device failed at <t>: Internal (non-final)'."""
-    if op is None:
-        return ""
-    if op.status == "running":
-        return f"{op.operation} running since {iso_time(op.started_us)}"
-    if op.status == "succeeded":
-        return f"{op.operation} succeeded at {iso_time(op.ended_us)}"
-    kind = "final" if op.final else "non-final"
-    text = f"{op.operation} failed at {iso_time(op.ended_us)}: {op.code} ({kind})"
-    if op.retry_at_us is not None:
-        text += f", retry allowed at {iso_time(op.retry_at_us)}"
-    return text
 
 
 # ---------------------------------------------------------------------- story
@@ -499,7 +491,7 @@ def _entry(
         since_us=entry.since_us,
         reason=entry.reason,
         reconstructed=entry.reconstructed,
-        last_operation=describe_operation(op),
+        last_operation=describe_attempt(op, limit=ERROR_MESSAGE_LIMIT),
         retry_at_us=op.retry_at_us if op is not None else None,
     )
 
@@ -527,5 +519,7 @@ def summary_lines(summary: StateSummary) -> list[str]:
             text += f": {e.reason}"
         if e.last_operation:
             text += f"; last op {e.last_operation}"
+        if e.retry_at_us is not None:
+            text += f"; retry allowed at {iso_time(e.retry_at_us)}"
         lines.append(text)
     return lines

@@ -2,7 +2,7 @@
 
 One home for how volfsm writes a time or a size and reads a TIME argument,
 so `state`, `get`, `replay`, `explain`, the analytics report and the
-dashboard say the same thing the same way. Standard library only.
+dashboard say the same thing the same way. Imports only the ASW's operation record.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 import time
 from datetime import UTC, datetime
+
+from projections.asw import OperationRecord
 
 TIME_HELP = (
     "ISO 8601 time, e.g. 2024-05-01T03:10:00Z or 2024-05-01T05:10:00+02:00 (no offset: UTC), "
@@ -109,3 +111,87 @@ def size_text(n: int | None) -> str:
 def seconds_text(seconds: float) -> str:
     """A float number of seconds as written in the log: '0.5s', '122s'."""
     return f"{seconds:g}s"
+
+
+# ------------------------------------------------------------------ operations
+
+ERROR_MESSAGE_LIMIT = 120
+"""Listings cut an error message to this many characters (`explain` and `replay` do not)."""
+
+
+def operation_text(
+    operation: str, status: str, *, took_us: int | None = None, since_us: int | None = None
+) -> str:
+    """'volume_mount succeeded in 0.012s', 'volume_mount running since <time>'."""
+    if took_us is not None:
+        return f"{operation} {status} in {duration_text(took_us)}"
+    if since_us is not None:
+        return f"{operation} {status} since {iso_time(since_us)}"
+    return f"{operation} {status}"
+
+
+def error_kind(final: bool | None, backoff_s: float) -> str:
+    """'final, backoff 4s', 'non-final, backoff 0.5s', 'final': what follows a failure."""
+    kind = "final" if final else "non-final"
+    return f"{kind}, backoff {backoff_s:g}s" if backoff_s else kind
+
+
+def error_text(
+    operation: str,
+    code: str,
+    message: str,
+    final: bool | None,
+    backoff_s: float,
+    *,
+    limit: int | None = ERROR_MESSAGE_LIMIT,
+) -> str:
+    """'volume_mount: DeadlineExceeded: <message> (non-final, backoff 0.5s)'."""
+    if limit is not None and len(message) > limit:
+        message = message[: limit - 3] + "..."
+    return f"{operation}: {code}: {message} ({error_kind(final, backoff_s)})"
+
+
+def describe_operation(op: OperationRecord | None) -> str:
+    """An entry's last operation, as every command words it ('' for None)."""
+    if op is None:
+        return ""
+    if op.ended_us is None:
+        return operation_text(op.operation, op.status, since_us=op.started_us)
+    return operation_text(op.operation, op.status, took_us=op.ended_us - op.started_us)
+
+
+def describe_error(op: OperationRecord | None) -> str:
+    """An entry's last error, as every command words it ('' for None)."""
+    if op is None:
+        return ""
+    return error_text(op.operation, op.code, op.message, op.final, op.backoff_s)
+
+
+def attempt_text(
+    operation: str,
+    status: str,
+    took_us: int | None,
+    failure: tuple[str, str, bool | None, float] | None,
+    *,
+    limit: int | None = None,
+) -> str:
+    """One attempt in one line: 'volume_mount failed in 0.5s: Internal: <message> (final)'.
+
+    `failure` is (code, message, final, backoff_s) for a failed attempt.
+    """
+    text = operation_text(operation, status, took_us=took_us)
+    if failure is None:
+        return text
+    code, message, final, backoff_s = failure
+    return text + error_text("", code, message, final, backoff_s, limit=limit)
+
+
+def describe_attempt(op: OperationRecord | None, *, limit: int | None = None) -> str:
+    """`attempt_text` of an entry's last operation ('' for None)."""
+    if op is None:
+        return ""
+    if op.ended_us is None:
+        return operation_text(op.operation, op.status, since_us=op.started_us)
+    failed = op.status == "failed"
+    failure = (op.code, op.message, op.final, op.backoff_s) if failed else None
+    return attempt_text(op.operation, op.status, op.ended_us - op.started_us, failure, limit=limit)

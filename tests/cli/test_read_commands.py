@@ -78,7 +78,8 @@ def test_state_table_lists_devices_pod_volumes_and_pods(
         assert f"\n{heading}\n" in out
     ws_line = next(line for line in out.splitlines() if "workspace" in line and "ci/" in line)
     assert "Uncertain" in ws_line and "volume_mount running" in ws_line
-    assert "DeadlineExceeded (non-final, backoff 0.5s)" in ws_line
+    assert "volume_mount: DeadlineExceeded: " in ws_line
+    assert "(non-final, backoff 0.5s)" in ws_line
     assert "shop/web-0" in out  # a removed pod is still named
     assert "50GiB" in out
 

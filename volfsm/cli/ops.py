@@ -21,12 +21,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
+import msgspec
 import typer
 
+from projections.asw import OperationRecord
+from projections.textfmt import describe_error, describe_operation
 from volfsm.cli.common import DataDirOpt, Output, OutputOpt, fail
 from volfsm.desired.errors import LoadError
 from volfsm.desired.loader import load_objects
-from volfsm.render import fmt_bytes, fmt_duration, fmt_ts, print_json, print_line, print_table
+from volfsm.render import fmt_bytes, fmt_ts, print_json, print_line, print_table
 from volfsm.service.client import (
     DEFAULT_TIMEOUT_S,
     NATS_ENV,
@@ -212,28 +215,24 @@ def _split_name(text: str) -> tuple[str, str]:
 # --------------------------------------------------------------- formatting
 
 
-def describe_op(op: dict[str, Any] | None) -> str:
-    """'volume_mount succeeded in 0.012s' from an operation status ('' for None)."""
+def _record(op: dict[str, Any] | None) -> OperationRecord | None:
+    """An operation status from a reply, as the log's record (None if absent or malformed)."""
     if not op:
-        return ""
-    text = f"{op.get('operation', '?')} {op.get('status', '?')}"
-    ended, started = op.get("ended_us"), op.get("started_us")
-    if isinstance(ended, int) and isinstance(started, int):
-        text += f" in {fmt_duration(ended - started)}"
-    elif isinstance(started, int):
-        text += f" since {fmt_ts(started)}"
-    return text
+        return None
+    try:
+        return msgspec.convert(op, OperationRecord)
+    except msgspec.ValidationError:
+        return None
+
+
+def describe_op(op: dict[str, Any] | None) -> str:
+    """An operation status from a reply, worded as every command words it ('' for None)."""
+    return describe_operation(_record(op))
 
 
 def describe_err(op: dict[str, Any] | None) -> str:
-    """'volume_mount: NotFound: volume x does not exist (final)' ('' for None)."""
-    if not op:
-        return ""
-    kind = "final" if op.get("final") else "retried"
-    message = str(op.get("message", ""))
-    if len(message) > 120:
-        message = message[:117] + "..."
-    return f"{op.get('operation', '?')}: {op.get('code', '?')}: {message} ({kind})"
+    """An error status from a reply, worded as every command words it ('' for None)."""
+    return describe_error(_record(op))
 
 
 def describe_retry(next_retry_us: Any) -> str:

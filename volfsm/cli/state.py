@@ -8,38 +8,17 @@ import typer
 
 from events.log import EventLog
 from events.types import PodAdded
-from projections.asw import Asw, DeviceState, OperationRecord, PodVolumeState
-from projections.textfmt import TIME_HELP
+from projections.asw import Asw, DeviceState, PodVolumeState
+from projections.textfmt import TIME_HELP, describe_error, describe_operation
 from volfsm.cli.common import DataDirOpt, DbOpt, Output, OutputOpt, open_log, parse_time
 from volfsm.render import (
     fmt_bytes,
-    fmt_duration,
     fmt_ts,
     print_json,
     print_line,
     print_table,
     to_builtins,
 )
-
-
-def describe_operation(op: OperationRecord | None) -> str:
-    """'mount_device succeeded in 2.400s', 'volume_mount running', ... ('' for None)."""
-    if op is None:
-        return ""
-    text = f"{op.operation} {op.status}"
-    if op.ended_us is not None:
-        text += f" in {fmt_duration(op.ended_us - op.started_us)}"
-    else:
-        text += f" since {fmt_ts(op.started_us)}"
-    return text
-
-
-def describe_error(op: OperationRecord | None) -> str:
-    """'DeadlineExceeded (non-final, retry after 0.5s) at <time>' ('' for None)."""
-    if op is None:
-        return ""
-    kind = "final" if op.final else f"non-final, backoff {op.backoff_s:g}s"
-    return f"{op.operation}: {op.code} ({kind}) at {fmt_ts(op.ended_us)}"
 
 
 def _device_row(dev: DeviceState) -> list[str]:

@@ -48,7 +48,7 @@ from tests.analytics.sim import STREAM, SimNode, interleave, mixed_workload, pub
 from volfsm.analytics.aggregator import Aggregator, AggregatorConfig  # noqa: E402
 from volfsm.analytics.report import store_report  # noqa: E402
 from volfsm.analytics.store import AnalyticsStore  # noqa: E402
-from volfsm.natsutil import NatsServer, ensure_event_stream  # noqa: E402
+from volfsm.bus import NatsServer, ensure_event_stream  # noqa: E402
 
 
 def generate(events: int, nodes: int) -> list[Envelope]:

@@ -39,7 +39,7 @@ if str(ROOT) not in sys.path:
 from tests.crash.chaos import Chaos, ChaosStats  # noqa: E402
 from tests.crash.harness import CrashNode, cleanup_node  # noqa: E402
 from tests.helpers.csidriver import DriverProcess, cleanup_under, leftovers_under  # noqa: E402
-from volfsm.natsutil import NatsServer  # noqa: E402
+from volfsm.bus import NatsServer  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float | None:

@@ -68,12 +68,12 @@ from events.codec import envelope_to_json
 from events.log import ANY_VERSION, EventLog
 from events.subjects import EVENTS_WILDCARD, events_subject, msg_id
 from events.types import Body, DeviceMounted, OperationStarted, VolumeMounted
+from volfsm.bus import NatsServer
+from volfsm.bus.relay import Relay, RelayConfig
 from volfsm.engine import EngineConfig, VolumeEngine
 from volfsm.layout import RootLayout
-from volfsm.natsutil import NatsServer
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.emptydir import EmptyDirPlugin
-from volfsm.relay import Relay, RelayConfig
 
 NODE = "bench"
 SERVE_NODE = "bench-serve"

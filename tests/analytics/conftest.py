@@ -11,7 +11,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from tests.analytics.sim import STREAM
-from volfsm.natsutil import NatsServer, ensure_event_stream
+from volfsm.bus import NatsServer, ensure_event_stream
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from tests.analytics.feed import report_from, without_publish_lag
 from tests.analytics.sim import STREAM, T0, SimNode, interleave, mixed_workload, publish
 from volfsm.analytics.aggregator import Aggregator, AggregatorConfig, StartFrom
 from volfsm.analytics.store import AnalyticsStore
-from volfsm.natsutil import NatsServer
+from volfsm.bus import NatsServer
 
 NOW = T0 + 10**12  # far after every simulated event
 

@@ -16,7 +16,7 @@ from nats.js import JetStreamContext
 from tests.analytics.sim import SimNode, interleave, mixed_workload, publish
 from tests.analytics.test_aggregator import assert_exact
 from volfsm.analytics.store import AnalyticsStore, StoreError
-from volfsm.natsutil import NatsServer
+from volfsm.bus import NatsServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

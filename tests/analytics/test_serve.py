@@ -15,7 +15,7 @@ from nats.js import JetStreamContext
 
 from tests.analytics.sim import SimNode, interleave, mixed_workload, publish
 from tests.analytics.test_crash import start_aggregator, wait_for
-from volfsm.natsutil import NatsServer, free_port
+from volfsm.bus import NatsServer, free_port
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 
 from tests.cluster.harness import AggregatorProcess, Node
 from tests.service.helpers import unmount_under
-from volfsm.natsutil.cluster import NatsCluster
+from volfsm.bus.cluster import NatsCluster
 
 
 @dataclass

@@ -18,8 +18,8 @@ import typer
 import yaml
 
 from tests.cluster.harness import REPO_ROOT
+from volfsm.bus import find_nats_server
 from volfsm.cli import app
-from volfsm.natsutil import find_nats_server
 
 COMPOSE = REPO_ROOT / "docker-compose.cluster.yml"
 CLUSTER_CONF = REPO_ROOT / "deploy" / "nats" / "cluster.conf"

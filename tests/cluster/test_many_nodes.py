@@ -32,7 +32,7 @@ from tests.analytics.feed import report_from, without_publish_lag
 from tests.cluster.conftest import Setup
 from tests.cluster.harness import Commander, Node, Workload, wait_for
 from volfsm.analytics.store import AnalyticsStore, StoreError
-from volfsm.natsutil.cluster import NatsCluster
+from volfsm.bus.cluster import NatsCluster
 
 STREAM = "VOLFSM"
 GHOST = "ghost"

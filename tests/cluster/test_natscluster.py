@@ -1,4 +1,4 @@
-"""`volfsm.natsutil.cluster.NatsCluster`: three clustered JetStream servers, one killed and back."""
+"""`volfsm.bus.cluster.NatsCluster`: three clustered JetStream servers, one killed and back."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import nats.errors
 import pytest
 
 from tests.cluster.conftest import Setup
-from volfsm.natsutil import ensure_event_stream
-from volfsm.natsutil.cluster import NatsClusterError
+from volfsm.bus import ensure_event_stream
+from volfsm.bus.cluster import NatsClusterError
 
 STREAM = "VOLFSM"
 

@@ -28,7 +28,7 @@ from tests.cluster.harness import REPO_ROOT, Commander, Node, Workload
 from tests.service.helpers import unmount_under
 from volfsm.analytics.aggregator import Aggregator, AggregatorConfig
 from volfsm.analytics.store import AnalyticsStore
-from volfsm.natsutil import NatsServer, free_port
+from volfsm.bus import NatsServer, free_port
 
 DEPLOY = REPO_ROOT / "deploy" / "leaf"
 HUB_LEAF_LISTEN = "0.0.0.0:7422"

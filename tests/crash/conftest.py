@@ -16,7 +16,7 @@ import pytest
 
 from tests.crash.harness import CrashNode, cleanup_node
 from tests.helpers.csidriver import DriverProcess, cleanup_under, leftovers_under
-from volfsm.natsutil import NatsServer
+from volfsm.bus import NatsServer
 
 MakeNode = Callable[..., CrashNode]
 

@@ -17,7 +17,7 @@ from events.types import Envelope
 from tests.reconstruct.test_service import EMPTY, cli, make_nats, mem_pod, serves
 from tests.service.helpers import ServeProcess, expected_stream, read_stream
 from volfsm import mounts
-from volfsm.natsutil import NatsServer
+from volfsm.bus import NatsServer
 
 __all__ = ["make_nats", "serves"]  # fixtures
 

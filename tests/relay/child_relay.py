@@ -13,7 +13,7 @@ import sys
 
 from events.log import EventLog
 from tests.relay.helpers import NODE
-from volfsm.relay import Relay, RelayConfig
+from volfsm.bus.relay import Relay, RelayConfig
 
 
 async def main(log_path: str, url: str, cursor_limit: int) -> None:

@@ -11,8 +11,8 @@ import pytest
 
 from events.log import EventLog
 from tests.relay.helpers import NODE
-from volfsm.natsutil import NatsServer
-from volfsm.relay import Relay, RelayConfig
+from volfsm.bus import NatsServer
+from volfsm.bus.relay import Relay, RelayConfig
 
 _servers: list[NatsServer] = []
 

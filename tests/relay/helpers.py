@@ -13,7 +13,7 @@ from events.codec import envelope_to_json
 from events.log import ANY_VERSION, EventLog
 from events.subjects import events_subject, msg_id, node_events_filter
 from events.types import Body, DeviceAttached, DeviceMounted, OperationStarted, VolumeResized
-from volfsm.relay import Relay
+from volfsm.bus.relay import Relay
 
 NODE = "n1"
 STREAM = "VOLFSM"

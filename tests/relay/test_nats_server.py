@@ -11,7 +11,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from tests.relay.conftest import MakeServer
-from volfsm.natsutil import NatsServer, NatsServerError, find_nats_server
+from volfsm.bus import NatsServer, NatsServerError, find_nats_server
 
 
 def test_binary_comes_from_the_package() -> None:

@@ -16,8 +16,8 @@ import pytest
 from events.log import EventLog
 from tests.relay.conftest import MakeRelay, MakeServer
 from tests.relay.helpers import NODE, STREAM, append_events, assert_stream_matches_log, wait_until
-from volfsm.natsutil import NatsAuthError, NatsServer
-from volfsm.relay import Relay, RelayConfig
+from volfsm.bus import NatsAuthError, NatsServer
+from volfsm.bus.relay import Relay, RelayConfig
 
 RELAY_API = [
     "$JS.API.INFO",

@@ -17,8 +17,8 @@ from tests.relay.helpers import (
     read_stream,
     wait_until,
 )
-from volfsm.natsutil import NatsServer
-from volfsm.relay import Relay, RelayConfig
+from volfsm.bus import NatsServer
+from volfsm.bus.relay import Relay, RelayConfig
 
 
 async def test_relay_publishes_the_log_in_order_exactly_once(

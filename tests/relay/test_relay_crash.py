@@ -23,7 +23,7 @@ from tests.relay.helpers import (
     assert_stream_matches_log,
     wait_until,
 )
-from volfsm.natsutil import NatsServer
+from volfsm.bus import NatsServer
 
 ROOT = Path(__file__).resolve().parents[2]
 CURSOR = f"relay:{STREAM}"

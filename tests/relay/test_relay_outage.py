@@ -14,7 +14,7 @@ import pytest
 from events.log import EventLog
 from tests.relay.conftest import MakeRelay
 from tests.relay.helpers import append_events, assert_stream_matches_log, wait_until
-from volfsm.natsutil import NatsServer
+from volfsm.bus import NatsServer
 
 
 @pytest.mark.parametrize("how", ["stop", "kill"])

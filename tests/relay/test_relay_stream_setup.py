@@ -14,8 +14,8 @@ from events.log import EventLog
 from events.subjects import EVENTS_WILDCARD, events_subject, msg_id
 from tests.relay.conftest import MakeRelay
 from tests.relay.helpers import NODE, STREAM, append_events, assert_stream_matches_log
-from volfsm.natsutil import NatsServer, StreamConfigError
-from volfsm.relay import StreamAheadError
+from volfsm.bus import NatsServer, StreamConfigError
+from volfsm.bus.relay import StreamAheadError
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import asyncio
 from events.log import EventLog
 from tests.relay.conftest import MakeRelay
 from tests.relay.helpers import append_events, assert_stream_matches_log, wait_until
-from volfsm.natsutil import NatsServer
+from volfsm.bus import NatsServer
 
 
 async def test_never_more_than_max_inflight_outstanding(

@@ -14,7 +14,7 @@ from events.log import EventLog
 from events.subjects import events_subject
 from tests.relay.conftest import MakeRelay
 from tests.relay.helpers import NODE, STREAM, append_events
-from volfsm.natsutil import NatsServer
+from volfsm.bus import NatsServer
 from volfsm.service.restore import RESTORE_CHUNK, LogRestoreError, restore_from_stream
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from volfsm.natsutil.connect import connect_once, split_servers
-from volfsm.natsutil.server import NatsServer, free_port
+from volfsm.bus.connect import connect_once, split_servers
+from volfsm.bus.server import NatsServer, free_port
 from volfsm.service.config import ConfigError, settings_from
 
 

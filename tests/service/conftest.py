@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from tests.helpers.csidriver import DriverProcess, cleanup_under
 from tests.service.helpers import ServeProcess, kill_all, unmount_under
-from volfsm.natsutil import NatsServer
+from volfsm.bus import NatsServer
 
 MakeServe = Callable[..., ServeProcess]
 MakeServer = Callable[..., NatsServer]

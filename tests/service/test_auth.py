@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from tests.service.conftest import MakeServe, MakeServer
 from tests.service.helpers import EXAMPLES, NODE, expected_stream, read_stream
+from volfsm.bus import NatsServer
 from volfsm.cli import app
-from volfsm.natsutil import NatsServer
 
 SERVER_CONF = """
 authorization {

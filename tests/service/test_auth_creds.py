@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 from tests.service.conftest import MakeServe, MakeServer
 from tests.service.helpers import EXAMPLES, NODE, expected_stream, read_stream
 from tests.service.natsjwt import JwtAuth, new_key
+from volfsm.bus import NatsServer
 from volfsm.cli import app
-from volfsm.natsutil import NatsServer
 
 SERVICE_PUBLISH = [f"volfsm.{NODE}.events.>", "$JS.API.>", "_INBOX.>"]
 SERVICE_SUBSCRIBE = [f"volfsm.{NODE}.cmd.>", "_INBOX.>"]

@@ -27,8 +27,8 @@ from tests.service.helpers import (
     expected_stream,
     read_stream,
 )
+from volfsm.bus import NatsServer
 from volfsm.desired.loader import load_objects
-from volfsm.natsutil import NatsServer
 
 
 def start_mount_and_wait_until_running(svc: ServeProcess) -> None:

@@ -24,10 +24,10 @@ from events.log import ANY_VERSION, EventLog
 from tests.service.conftest import MakeServe
 from tests.service.helpers import EXAMPLES, NODE, ServeProcess, expected_stream, read_stream
 from tests.service.test_http_metrics import sample
+from volfsm.bus import NatsServer, free_port
 from volfsm.cli import app
 from volfsm.desired.dsw import DesiredStateOfWorld
 from volfsm.desired.loader import load_objects
-from volfsm.natsutil import NatsServer, free_port
 from volfsm.service.config import settings_from
 from volfsm.service.serve import NodeService
 

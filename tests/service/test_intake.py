@@ -12,11 +12,11 @@ import nats
 import nats.errors
 import pytest
 
+from volfsm.bus import NatsServer, free_port
 from volfsm.desired.plan import ApplyResult as ObjectResult
 from volfsm.engine import ApplyResult, EngineNotRunningError, PodStatus, VolumeStatus
 from volfsm.engine.status import PodVolumeStatus
 from volfsm.errors import InvalidObjectError
-from volfsm.natsutil import NatsServer, free_port
 from volfsm.service import intake
 from volfsm.service.intake import CommandIntake, CommandProcessor
 

@@ -44,7 +44,7 @@ from events.subjects import parse_msg_id
 from volfsm.analytics.defaults import DEFAULT_DURABLE, EVENT_SUBJECTS
 from volfsm.analytics.ingest import UNREADABLE, Ingestor
 from volfsm.analytics.store import AnalyticsStore, Batch
-from volfsm.natsutil.stream import MSG_ID_HEADER
+from volfsm.bus.stream import MSG_ID_HEADER
 
 
 class StartFrom(StrEnum):

@@ -24,9 +24,9 @@ import nats.errors
 from nats.aio.client import Client as NATS
 
 from events.subjects import SubjectError, check_token, command_subject
+from volfsm.bus.connect import connect_once
+from volfsm.bus.errors import NatsAuthError
 from volfsm.errors import VolfsmError
-from volfsm.natsutil.connect import connect_once
-from volfsm.natsutil.errors import NatsAuthError
 from volfsm.paths import data_dir as default_data_dir
 from volfsm.service.config import (
     NATS_URL_FILENAME,

@@ -26,8 +26,8 @@ import msgspec
 
 from events.subjects import SubjectError, check_token
 from volfsm import faultpoints
+from volfsm.bus.connect import split_servers
 from volfsm.errors import VolfsmError
-from volfsm.natsutil.connect import split_servers
 from volfsm.paths import DEFAULT_DATA_DIR, LOG_FILENAME
 
 ENV_PREFIX = "VOLFSM_"

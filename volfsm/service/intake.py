@@ -37,9 +37,9 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from events.subjects import PREFIX, command_wildcard
+from volfsm.bus.connect import split_servers
 from volfsm.engine import ApplyResult, EngineNotRunningError, PodStatus, VolumeStatus
 from volfsm.errors import InvalidObjectError
-from volfsm.natsutil.connect import split_servers
 
 VERBS = ("apply", "delete", "get")
 

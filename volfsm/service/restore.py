@@ -25,9 +25,9 @@ from nats.js import JetStreamContext
 
 from events.log import EventLog
 from events.types import Envelope
+from volfsm.bus.history import node_history
+from volfsm.bus.stream import last_node_seq
 from volfsm.errors import VolfsmError
-from volfsm.natsutil.history import node_history
-from volfsm.natsutil.stream import last_node_seq
 
 RESTORE_CHUNK = 10_000
 """Events per restore transaction: a large history goes in as several, each durable."""

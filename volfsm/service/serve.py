@@ -46,16 +46,16 @@ from loguru import logger
 from events.errors import LogLockedError, LogOpenError, RestoreError
 from events.log import EventLog
 from events.types import Envelope, OperationFailed, OperationStarted, OperationSucceeded
+from volfsm.bus import NatsServer
+from volfsm.bus.connect import connect_once
+from volfsm.bus.errors import NatsSetupError
+from volfsm.bus.relay import Relay, RelayConfig
 from volfsm.engine import EngineConfig, VolumeEngine
 from volfsm.errors import VolfsmError
 from volfsm.layout import RootLayout
-from volfsm.natsutil import NatsServer
-from volfsm.natsutil.connect import connect_once
-from volfsm.natsutil.errors import NatsSetupError
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.csi.plugin import CsiPlugin
 from volfsm.plugins.emptydir import EmptyDirPlugin
-from volfsm.relay import Relay, RelayConfig
 from volfsm.service.config import NATS_URL_FILENAME, NODE_FILENAME, Settings
 from volfsm.service.http import HttpServer, Response
 from volfsm.service.intake import CommandIntake, CommandProcessor

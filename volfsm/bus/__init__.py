@@ -1,14 +1,15 @@
-"""NATS helpers shared by the relay, the service and the tests.
+"""The bus side: the outbox relay to JetStream and the NATS helpers the service and tests share.
 
+`relay`: publish the log to the event stream, exactly once, in order;
 `server`: run a real nats-server; `connect`: one connection attempt without
 nats-py's reconnect; `stream`: create/check the event stream and read a
 node's position in it; `errors`: setup errors that need an operator.
 """
 
-from volfsm.natsutil.connect import connect_once, is_refusal
-from volfsm.natsutil.errors import NatsAuthError, NatsSetupError, StreamConfigError
-from volfsm.natsutil.server import NatsServer, NatsServerError, find_nats_server, free_port
-from volfsm.natsutil.stream import (
+from volfsm.bus.connect import connect_once, is_refusal
+from volfsm.bus.errors import NatsAuthError, NatsSetupError, StreamConfigError
+from volfsm.bus.server import NatsServer, NatsServerError, find_nats_server, free_port
+from volfsm.bus.stream import (
     StreamSetup,
     ensure_event_stream,
     event_stream_config,

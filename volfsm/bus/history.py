@@ -19,8 +19,8 @@ from events.codec import envelope_from_json
 from events.errors import VolfsmEventsError
 from events.subjects import node_events_filter
 from events.types import Envelope
-from volfsm.natsutil.errors import StreamConfigError
-from volfsm.natsutil.stream import last_node_seq
+from volfsm.bus.errors import StreamConfigError
+from volfsm.bus.stream import last_node_seq
 
 FETCH_BATCH = 2048
 FETCH_TIMEOUT_S = 5.0

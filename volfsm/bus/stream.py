@@ -12,7 +12,7 @@ from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
 from events.subjects import EVENTS_WILDCARD, node_events_filter, parse_msg_id, subject_covers
-from volfsm.natsutil.errors import StreamConfigError
+from volfsm.bus.errors import StreamConfigError
 
 MSG_ID_HEADER = "Nats-Msg-Id"
 

@@ -21,7 +21,7 @@ from types import TracebackType
 
 from nats.js import JetStreamContext
 
-from volfsm.natsutil.server import NatsServer, NatsServerError, free_port
+from volfsm.bus.server import NatsServer, NatsServerError, free_port
 
 DEFAULT_CLUSTER_NAME = "volfsm"
 

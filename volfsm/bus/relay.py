@@ -51,9 +51,9 @@ from events.errors import LogClosedError
 from events.log import EventLog, row_to_envelope
 from events.subjects import check_token, events_subject, node_events_filter
 from volfsm import faultpoints
-from volfsm.natsutil.connect import OWNED_OPTIONS, connect_once
-from volfsm.natsutil.errors import NatsAuthError, NatsSetupError, StreamConfigError
-from volfsm.natsutil.stream import (
+from volfsm.bus.connect import OWNED_OPTIONS, connect_once
+from volfsm.bus.errors import NatsAuthError, NatsSetupError, StreamConfigError
+from volfsm.bus.stream import (
     MSG_ID_HEADER,
     ensure_event_stream,
     last_node_seq,

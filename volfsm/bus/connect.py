@@ -15,7 +15,7 @@ import nats
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from volfsm.natsutil.errors import NatsAuthError
+from volfsm.bus.errors import NatsAuthError
 
 OWNED_OPTIONS = frozenset(
     {

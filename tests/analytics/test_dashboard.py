@@ -14,9 +14,12 @@ import pytest
 from tests.analytics.feed import feed
 from tests.analytics.scenario import NOW_US, E, N, node1, node2
 from tests.analytics.sim import interleave
-from volfsm.analytics.dashboard import DashboardServer, StoreReportSource
+from tests.analytics.test_metrics import ANALYTICS_FAMILIES
+from tests.helpers.prometheus import families, sample
+from volfsm.analytics.dashboard import StoreReportSource, dashboard_server
 from volfsm.analytics.report import ReportOptions
 from volfsm.analytics.store import AnalyticsStore
+from volfsm.web.http import HttpServer
 
 CHROMIUM_FLAGS = (
     "--headless",
@@ -67,18 +70,18 @@ class Elements(HTMLParser):
 
 
 @pytest.fixture
-async def dashboard(tmp_path: Path) -> AsyncIterator[DashboardServer]:
+async def dashboard(tmp_path: Path) -> AsyncIterator[HttpServer]:
     """The fixed history in a store, served as of T0+100 s with lag 55 s and stuck 30 s."""
     db = tmp_path / "a.db"
     with AnalyticsStore(db) as store:
         feed(store, interleave([node1(), node2()]))
     options = ReportOptions(lag_threshold_s=55.0, stuck_threshold_s=30.0)
-    server = DashboardServer(StoreReportSource(db, options, clock=lambda: NOW_US))
+    server = dashboard_server(StoreReportSource(db, options, clock=lambda: NOW_US))
     await server.start()
     try:
         yield server
     finally:
-        await server.close()
+        await server.stop()
 
 
 async def rendered_dom(url: str, profile: Path) -> Elements:
@@ -106,7 +109,7 @@ async def rendered_dom(url: str, profile: Path) -> Elements:
 
 
 async def test_the_page_draws_every_plot_with_the_reports_data(
-    dashboard: DashboardServer, tmp_path: Path
+    dashboard: HttpServer, tmp_path: Path
 ) -> None:
     page = await rendered_dom(dashboard.url, tmp_path / "chromium")
     [body] = [a for t, _, a in page.found if t == "body"]
@@ -158,15 +161,19 @@ async def test_the_page_draws_every_plot_with_the_reports_data(
     assert "lagging" in lag[0]["class"].split() and "lagging" not in lag[1]["class"].split()
 
 
-async def test_http_endpoints(dashboard: DashboardServer) -> None:
-    async def get(path: str) -> tuple[int, bytes]:
+async def test_http_endpoints(dashboard: HttpServer) -> None:
+    async def request(method: str, path: str) -> tuple[int, bytes, bytes]:
         reader, writer = await asyncio.open_connection(dashboard.host, dashboard.port)
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        writer.write(f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         await writer.drain()
         raw = await reader.read()
         writer.close()
         head, _, body = raw.partition(b"\r\n\r\n")
-        return int(head.split(b" ")[1]), body
+        return int(head.split(b" ")[1]), head, body
+
+    async def get(path: str) -> tuple[int, bytes]:
+        status, _head, body = await request("GET", path)
+        return status, body
 
     status, body = await get("/api/report")
     doc = msgspec.json.decode(body)
@@ -174,8 +181,14 @@ async def test_http_endpoints(dashboard: DashboardServer) -> None:
     status, body = await get("/api/report?since=2023-11-14T22:13:40Z")  # T0 + 20 s
     assert status == 200 and msgspec.json.decode(body)["events"] == 21
     assert (await get("/api/report?since=yesterday-ish"))[0] == 400
-    status, body = await get("/metrics")
-    assert status == 200 and b"volfsm_analytics_events_total" in body
+    status, head, body = await request("GET", "/metrics")
+    assert status == 200
+    assert b"\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n" in head
+    assert families(body.decode()) == ANALYTICS_FAMILIES
+    assert sample(body.decode(), "volfsm_analytics_events_total", node="n1") == 26
     assert (await get("/healthz")) == (200, b"ok\n")
     assert (await get("/dashboard.js"))[0] == 200
     assert (await get("/nothing"))[0] == 404
+    status, head, body = await request("HEAD", "/")
+    assert status == 200 and b"Content-Type: text/html; charset=utf-8" in head and body == b""
+    assert (await request("POST", "/api/report"))[0] == 405

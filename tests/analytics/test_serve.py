@@ -15,6 +15,8 @@ from nats.js import JetStreamContext
 
 from tests.analytics.sim import SimNode, interleave, mixed_workload, publish
 from tests.analytics.test_crash import start_aggregator, wait_for
+from tests.analytics.test_metrics import ANALYTICS_FAMILIES, ANALYTICS_SERIES
+from tests.helpers.prometheus import families, sample, series
 from volfsm.bus import NatsServer, free_port
 
 
@@ -66,7 +68,9 @@ async def test_serve_consumes_and_serves_report_and_metrics(
     assert status == 200
     counts = {s.name: len(s.envs) for s in sims}
     for node, n in counts.items():
-        assert f'volfsm_analytics_events_total{{node="{node}"}} {n}'.encode() in metrics
+        assert sample(metrics.decode(), "volfsm_analytics_events_total", node=node) == n
+    assert families(metrics.decode()) == ANALYTICS_FAMILIES
+    assert series(metrics.decode()) <= ANALYTICS_SERIES
     procs[-1].send_signal(signal.SIGTERM)
     assert procs[-1].wait(timeout=30) == 0, log.read_text()
     assert "dashboard on http://127.0.0.1" in log.read_text()

@@ -21,9 +21,10 @@ import pytest
 from typer.testing import CliRunner
 
 from events.log import ANY_VERSION, EventLog
+from tests.helpers.prometheus import families, sample, series
 from tests.service.conftest import MakeServe
 from tests.service.helpers import EXAMPLES, NODE, ServeProcess, expected_stream, read_stream
-from tests.service.test_http_metrics import sample
+from tests.service.test_http_metrics import SERVICE_FAMILIES, SERVICE_SERIES
 from volfsm.bus import NatsServer, free_port
 from volfsm.cli import app
 from volfsm.desired.dsw import DesiredStateOfWorld
@@ -64,6 +65,15 @@ def metric(svc: ServeProcess, name: str, **labels: str) -> float:
         return -1.0
 
 
+def scrape(svc: ServeProcess) -> str:
+    """/metrics as a scraper gets it: 200, the text format's content type, the page."""
+    url = f"http://127.0.0.1:{svc.http_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        return str(resp.read().decode())
+
+
 def test_ready_and_mounting_while_nats_is_down_then_catching_up(
     runner: CliRunner, nats_server: NatsServer, make_serve: MakeServe
 ) -> None:
@@ -97,7 +107,9 @@ def test_ready_and_mounting_while_nats_is_down_then_catching_up(
     result = runner.invoke(app, ["get", "pods", "--data-dir", str(svc.data_dir)])
     assert result.exit_code == 0, result.output
     assert "Mounted" in result.stdout
-    _, text = svc.http_get("/metrics")
+    text = scrape(svc)
+    assert families(text) == SERVICE_FAMILIES
+    assert series(text) <= SERVICE_SERIES
     ok_mount = {"volume_plugin": EMPTY_DIR, "operation_name": "volume_mount", "status": "success"}
     assert sample(text, "storage_operation_duration_seconds_count", **ok_mount) == 2
     assert sample(text, "volfsm_transitions_total", fsm="podvol", event="VolumeMounted") == 2

@@ -1,15 +1,17 @@
-"""The tiny HTTP server, and the metrics text the service renders."""
+"""The web layer's HTTP server, and the service's metrics as a scraper parses them."""
 
 from __future__ import annotations
 
 import asyncio
-import re
+import math
 from collections.abc import AsyncIterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from events.types import (
     DesiredVolume,
+    DeviceAttached,
     Envelope,
     OperationFailed,
     OperationStarted,
@@ -19,8 +21,10 @@ from events.types import (
     VolumeSource,
 )
 from projections.asw import Asw
-from volfsm.service.http import HttpServer, Response
+from tests.helpers.prometheus import Series, families, label_values, sample, series
 from volfsm.service.metrics import ServiceMetrics, Snapshot
+from volfsm.web.exposition import exposition
+from volfsm.web.http import HttpServer, Request, Response
 
 # ------------------------------------------------------------------- http
 
@@ -39,14 +43,18 @@ async def raw_request(port: int, data: bytes, *, half_close: bool = False) -> by
 
 @pytest.fixture
 async def server() -> AsyncIterator[HttpServer]:
-    def boom() -> Response:
+    def boom(_request: Request) -> Response:
         raise RuntimeError("broken route")
+
+    async def echo(request: Request) -> Response:
+        await asyncio.sleep(0)
+        return Response(200, f"{request.method} {request.param('say')}".encode(), "text/x-echo")
 
     srv = HttpServer(
         "127.0.0.1",
         0,
-        {"/hello": lambda: Response(200, "hi\n"), "/down": lambda: Response(503, "no\n"),
-         "/boom": boom},
+        {"/hello": lambda _r: Response(200, "hi\n"), "/down": lambda _r: Response(503, "no\n"),
+         "/boom": boom, "/echo": echo},
         read_timeout_s=0.2,
     )  # fmt: skip
     await srv.start()
@@ -58,9 +66,11 @@ async def test_get_head_and_errors(server: HttpServer) -> None:
     ok = await raw_request(server.port, b"GET /hello?x=1 HTTP/1.1\r\nHost: x\r\n\r\n")
     assert ok.startswith(b"HTTP/1.1 200 OK\r\n")
     assert b"Content-Length: 3\r\n" in ok and b"Connection: close\r\n" in ok
+    assert b"Content-Type: text/plain; charset=utf-8\r\n" in ok
     assert ok.endswith(b"\r\n\r\nhi\n")
     head = await raw_request(server.port, b"HEAD /hello HTTP/1.1\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK") and head.endswith(b"\r\n\r\n")
+    assert b"Content-Length: 3\r\n" in head
     down = await raw_request(server.port, b"GET /down HTTP/1.0\r\n\r\n")
     assert down.startswith(b"HTTP/1.1 503 Service Unavailable")
     missing = await raw_request(server.port, b"GET /nope HTTP/1.1\r\n\r\n")
@@ -80,6 +90,14 @@ async def test_get_head_and_errors(server: HttpServer) -> None:
     assert again.startswith(b"HTTP/1.1 200")
 
 
+async def test_async_routes_get_the_query_and_may_answer_bytes(server: HttpServer) -> None:
+    echo = await raw_request(server.port, b"GET /echo?say=a%20b&say=c HTTP/1.1\r\n\r\n")
+    assert echo.startswith(b"HTTP/1.1 200 OK\r\n") and b"Content-Type: text/x-echo\r\n" in echo
+    assert echo.endswith(b"\r\n\r\nGET a b")
+    head = await raw_request(server.port, b"HEAD /echo HTTP/1.1\r\n\r\n")
+    assert b"Content-Length: 5\r\n" in head and head.endswith(b"\r\n\r\n")
+
+
 async def test_slow_and_vanishing_clients(server: HttpServer) -> None:
     assert await raw_request(server.port, b"GET /hel", half_close=True) == b""
     slow = await raw_request(server.port, b"GET /hello HTTP/1.1\r\n")
@@ -87,6 +105,56 @@ async def test_slow_and_vanishing_clients(server: HttpServer) -> None:
 
 
 # ---------------------------------------------------------------- metrics
+
+RELAY_COUNTERS = ("published", "acked", "duplicates", "timeouts", "errors", "reconnects",
+                  "skipped", "rewinds")  # fmt: skip
+SERVICE_FAMILIES = {
+    "volfsm_ready": "gauge",
+    "volfsm_log_last_seq": "gauge",
+    "volfsm_operations_running": "gauge",
+    "volume_manager_total_volumes": "gauge",
+    "volfsm_devices": "gauge",
+    "volfsm_pod_volumes": "gauge",
+    "volfsm_publish_lag_events": "gauge",
+    "volfsm_relay_connected": "gauge",
+    "volfsm_relay_acked_seq": "gauge",
+    "volfsm_commands_connected": "gauge",
+    **{f"volfsm_relay_{key}": "counter" for key in RELAY_COUNTERS},
+    "volfsm_transitions": "counter",
+    "volfsm_desired_events": "counter",
+    "volfsm_operations_started": "counter",
+    "volfsm_operations": "counter",
+    "volfsm_operation_errors": "counter",
+    "storage_operation_duration_seconds": "histogram",
+    "volfsm_commands": "counter",
+}
+"""Every family /metrics of `volfsm serve` exposed before prometheus_client (parser names:
+a counter's family has no `_total`, its samples do)."""
+
+_STORAGE = ("operation_name", "status", "volume_plugin")
+SERVICE_SERIES: set[Series] = {
+    ("storage_operation_duration_seconds_bucket", ("le", *_STORAGE)),
+    ("storage_operation_duration_seconds_count", _STORAGE),
+    ("storage_operation_duration_seconds_sum", _STORAGE),
+    ("volume_manager_total_volumes", ("plugin_name", "state")),
+    ("volfsm_commands_connected", ()),
+    ("volfsm_commands_total", ("code", "verb")),
+    ("volfsm_devices", ("plugin", "state")),
+    ("volfsm_log_last_seq", ()),
+    ("volfsm_operation_errors_total", ("code", "final", "operation", "plugin")),
+    ("volfsm_operations_running", ()),
+    ("volfsm_operations_started_total", ("operation", "plugin")),
+    ("volfsm_operations_total", ("operation", "plugin", "result")),
+    ("volfsm_pod_volumes", ("plugin", "state")),
+    ("volfsm_publish_lag_events", ()),
+    ("volfsm_ready", ()),
+    ("volfsm_relay_acked_seq", ()),
+    ("volfsm_relay_connected", ()),
+    *((f"volfsm_relay_{key}_total", ()) for key in RELAY_COUNTERS),
+    ("volfsm_transitions_total", ("event", "fsm")),
+    ("volfsm_desired_events_total", ("event",)),
+}
+"""Every (sample name, label names) /metrics of `volfsm serve` exposed before prometheus_client."""
 
 CSI = VolumeSource(plugin="kubernetes.io/csi", driver="csi.volfsm.dev", volume_handle="h1")
 EMPTY = VolumeSource(plugin="kubernetes.io/empty-dir")
@@ -101,8 +169,8 @@ def env(seq: int, body: object, stream: str = "device/x") -> Envelope:
     )  # fmt: skip
 
 
-def fed_metrics() -> ServiceMetrics:
-    m = ServiceMetrics()
+def fed_metrics(snap: Snapshot) -> ServiceMetrics:
+    m = ServiceMetrics(lambda: snap)
     m.observe(
         [
             env(1, OperationStarted(op_id="a", operation="volume_mount", volume_id=CSI_ID,
@@ -112,15 +180,24 @@ def fed_metrics() -> ServiceMetrics:
                                     plugin="kubernetes.io/empty-dir")),
             env(4, OperationFailed(op_id="b", operation="volume_mount", code="EACCES",
                                    message="m", final=True, duration_s=12.0)),
-            env(5, VolumeMounted(pod_uid="pod-uid-1", volume_name="cache", volume_id=EMPTY_ID,
-                                 mount_path="/p"), "podvol/pod-uid-1/cache"),
-            env(6, OperationFailed(op_id="unknown", operation="unmount_device", code="X",
+            *asw_envs(),
+            env(7, OperationFailed(op_id="unknown", operation="unmount_device", code="X",
                                    message="", final=False)),
+            env(8, PodAdded(pod_uid="pod-uid-2", namespace="default", name="db", volumes=()),
+                "desired/pod-uid-2"),
         ]
     )  # fmt: skip
     m.command("apply", "ok")
     m.command("unknown", "UnknownVerb")
     return m
+
+
+def asw_envs() -> list[Envelope]:
+    return [
+        env(5, VolumeMounted(pod_uid="pod-uid-1", volume_name="cache", volume_id=EMPTY_ID,
+                             mount_path="/p"), "podvol/pod-uid-1/cache"),
+        env(6, DeviceAttached(volume_id=CSI_ID, plugin="kubernetes.io/csi"), f"device/{CSI_ID}"),
+    ]  # fmt: skip
 
 
 def snapshot() -> Snapshot:
@@ -130,11 +207,11 @@ def snapshot() -> Snapshot:
                  DesiredVolume(name="cache", volume_id=EMPTY_ID, source=EMPTY)),
     )  # fmt: skip
     asw = Asw()
-    for e in fed_metrics_envs():
+    for e in asw_envs():
         asw.apply(e)
     return Snapshot(
         ready=True,
-        last_seq=6,
+        last_seq=8,
         asw=asw,
         desired=[(pod, dv) for dv in pod.volumes],
         running_operations=1,
@@ -142,29 +219,18 @@ def snapshot() -> Snapshot:
     )
 
 
-def fed_metrics_envs() -> list[Envelope]:
-    return [
-        env(5, VolumeMounted(pod_uid="pod-uid-1", volume_name="cache", volume_id=EMPTY_ID,
-                             mount_path="/p"), "podvol/pod-uid-1/cache"),
-    ]  # fmt: skip
+def scraped() -> str:
+    return exposition(fed_metrics(snapshot()).registry).decode()
 
 
-def sample(text: str, name: str, **labels: str) -> float:
-    """The value of one sample; KeyError if absent."""
-    for line in text.splitlines():
-        if line.startswith("#") or not line.startswith(name):
-            continue
-        head, value = line.rsplit(" ", 1)
-        if head.split("{", 1)[0] != name:
-            continue
-        got = dict(re.findall(r'(\w+)="([^"]*)"', head))
-        if got == labels:
-            return float(value)
-    raise KeyError(f"{name}{labels}")
+def test_every_family_and_series_exposed_before_is_there() -> None:
+    text = scraped()
+    assert families(text) == SERVICE_FAMILIES
+    assert series(text) == SERVICE_SERIES
 
 
 def test_kubelet_compatible_families() -> None:
-    text = fed_metrics().render(snapshot())
+    text = scraped()
     assert sample(
         text, "volume_manager_total_volumes",
         plugin_name="kubernetes.io/csi:csi.volfsm.dev", state="desired_state_of_world",
@@ -179,21 +245,49 @@ def test_kubelet_compatible_families() -> None:
     assert sample(text, "storage_operation_duration_seconds_bucket", **labels, le="0.5") == 1
     assert sample(text, "storage_operation_duration_seconds_bucket", **labels, le="+Inf") == 1
     assert sample(text, "storage_operation_duration_seconds_sum", **labels) == 0.3
+    assert sample(text, "storage_operation_duration_seconds_count", **labels) == 1
     failed = {"volume_plugin": "kubernetes.io/empty-dir", "operation_name": "volume_mount",
               "status": "fail-unknown"}  # fmt: skip
     assert sample(text, "storage_operation_duration_seconds_bucket", **failed, le="10") == 0
     assert sample(text, "storage_operation_duration_seconds_bucket", **failed, le="15") == 1
-    assert "# TYPE storage_operation_duration_seconds histogram" in text
-    assert "# TYPE volume_manager_total_volumes gauge" in text
+    assert "# TYPE storage_operation_duration_seconds histogram\n" in text
+    assert "# TYPE volume_manager_total_volumes gauge\n" in text
+
+
+def test_histogram_bounds_are_the_kubelets() -> None:
+    bounds = [
+        dict(labels)["le"]
+        for name, labels in _sample_keys(scraped())
+        if name == "storage_operation_duration_seconds_bucket"
+        and dict(labels)["status"] == "success"
+    ]
+    assert bounds == ["0.1", "0.25", "0.5", "1", "2.5", "5", "10", "15", "25", "50", "120", "300",
+                      "600", "+Inf"]  # fmt: skip
+
+
+def _sample_keys(text: str) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    return [
+        (s.name, tuple(s.labels.items()))
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    ]
 
 
 def test_volfsm_families() -> None:
-    text = fed_metrics().render(snapshot())
+    text = scraped()
     assert sample(text, "volfsm_ready") == 1
+    assert sample(text, "volfsm_log_last_seq") == 8
     assert sample(text, "volfsm_operations_running") == 1
-    assert sample(text, "volfsm_publish_lag_events") == 6  # no relay: nothing acked
+    assert sample(text, "volfsm_publish_lag_events") == 8  # no relay: nothing acked
     assert sample(text, "volfsm_relay_published_total") == 6
+    assert sample(text, "volfsm_relay_rewinds_total") == 0
     assert sample(text, "volfsm_transitions_total", fsm="podvol", event="VolumeMounted") == 1
+    assert sample(text, "volfsm_transitions_total", fsm="device", event="DeviceAttached") == 1
+    assert sample(text, "volfsm_desired_events_total", event="PodAdded") == 1
+    assert sample(
+        text, "volfsm_operations_started_total",
+        operation="volume_mount", plugin="kubernetes.io/csi:csi.volfsm.dev",
+    ) == 1  # fmt: skip
     assert sample(
         text, "volfsm_operations_total",
         operation="volume_mount", plugin="kubernetes.io/empty-dir", result="failure",
@@ -202,26 +296,39 @@ def test_volfsm_families() -> None:
         text, "volfsm_operation_errors_total",
         operation="volume_mount", plugin="kubernetes.io/empty-dir", code="EACCES", final="true",
     ) == 1  # fmt: skip
-    assert (
-        sample(
-            text,
-            "volfsm_operations_total",
-            operation="unmount_device",
-            plugin="N/A",
-            result="failure",
-        )
-        == 1
-    )
+    assert sample(
+        text, "volfsm_operations_total",
+        operation="unmount_device", plugin="N/A", result="failure",
+    ) == 1  # fmt: skip
     assert (
         sample(text, "volfsm_pod_volumes", plugin="kubernetes.io/empty-dir", state="Mounted") == 1
+    )
+    assert (
+        sample(text, "volfsm_devices", plugin="kubernetes.io/csi:csi.volfsm.dev", state="Attached")
+        == 1
     )
     assert sample(text, "volfsm_commands_total", verb="unknown", code="UnknownVerb") == 1
 
 
-def test_no_ids_in_labels_and_well_formed_lines() -> None:
-    text = fed_metrics().render(snapshot())
-    for forbidden in ("pod-uid-1", "h1", CSI_ID, EMPTY_ID, "web", "/p"):
-        assert f'"{forbidden}"' not in text and f"{forbidden}-" not in text
-    line = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-z_]+="[^"]*",?)*\})? [-+0-9.eInf]+$')
-    for row in text.splitlines():
-        assert row.startswith("# HELP ") or row.startswith("# TYPE ") or line.match(row), row
+def test_no_ids_in_labels() -> None:
+    values = label_values(scraped())
+    for forbidden in ("pod-uid-1", "pod-uid-2", "h1", CSI_ID, EMPTY_ID, "web", "db", "/p"):
+        assert not any(forbidden == v or f"{forbidden}-" in v for v in values), forbidden
+
+
+def test_infinite_values_render() -> None:
+    snap = snapshot()
+    m = ServiceMetrics(lambda: snap)
+    m.observe(
+        [
+            env(1, OperationStarted(op_id="a", operation="volume_mount", volume_id=EMPTY_ID,
+                                    plugin="kubernetes.io/empty-dir")),
+            env(2, OperationSucceeded(op_id="a", operation="volume_mount", duration_s=math.inf)),
+        ]
+    )  # fmt: skip
+    text = exposition(m.registry).decode()
+    labels = {"volume_plugin": "kubernetes.io/empty-dir", "operation_name": "volume_mount",
+              "status": "success"}  # fmt: skip
+    assert sample(text, "storage_operation_duration_seconds_sum", **labels) == math.inf
+    assert sample(text, "storage_operation_duration_seconds_bucket", **labels, le="600") == 0
+    assert sample(text, "storage_operation_duration_seconds_bucket", **labels, le="+Inf") == 1

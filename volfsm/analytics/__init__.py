@@ -2,9 +2,9 @@
 
 Modules: `tracking` (applied (node, seq) ranges), `store` (SQLite),
 `ingest` (messages -> one store batch, NATS-free), `aggregator` (the
-JetStream consumer), `report` (figures, JSON, tables), `metrics`
-(Prometheus text), `export` (Parquet), `dashboard` (HTTP + the static page
-in `static/`), `timearg` (TIME arguments), `cli` (`volfsm analytics
-serve|report|export`). The pure part (rows, fold, figures) is
-`projections.analytics`.
+JetStream consumer), `report` (figures, JSON, tables), `metrics` (the
+Prometheus collector), `export` (Parquet), `dashboard` (routes on
+`volfsm.web` + the static page in `static/`), `timearg` (TIME
+arguments), `cli` (`volfsm analytics serve|report|export`). The pure part
+(rows, fold, figures) is `projections.analytics`.
 """

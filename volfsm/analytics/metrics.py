@@ -1,147 +1,135 @@
-"""Prometheus text exposition (format 0.0.4) of the analytics report.
+"""Prometheus metrics of the analytics report, through `prometheus_client`.
 
-Labels stay low-cardinality: driver, operation, code, final, outcome, kind
-and node. Volume ids and pod uids never become labels; they are in the
-JSON report. Render a report built over the whole history (no `since`) so
-counters only go up.
+`ReportCollector` builds a report when scraped (the `Collector` protocol)
+and yields its figures as metric families; `report_families` is the
+mapping from a report to families. Labels stay low-cardinality: driver,
+operation, code, final, outcome, kind and node. Volume ids and pod uids
+never become labels; they are in the JSON report. Collect a report built
+over the whole history (no `since`) so counters only go up.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from prometheus_client.core import Metric, SummaryMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from projections.analytics import NodeFigure, Report
 from volfsm.analytics.store import IngestCounters
+from volfsm.web.exposition import Series, counter, gauge
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PREFIX = "volfsm_analytics_"
 
-Sample = tuple[dict[str, str], float]
+ReportNow = Callable[[], tuple[Report, IngestCounters | None]]
+"""Builds the report (and the aggregator's counters) to expose, when called."""
+
+Quantiles = dict[str, float | None]
+"""quantile ('0.5') -> value, None when there is none."""
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+class ReportCollector(Collector):
+    """The analytics collector: builds a report at scrape time and yields its families."""
+
+    def __init__(self, report_now: ReportNow) -> None:
+        self.report_now = report_now
+
+    def collect(self) -> Iterator[Metric]:
+        """The families of a report built now."""
+        report, ingest = self.report_now()
+        yield from report_families(report, ingest)
 
 
-def _labels(labels: dict[str, str]) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
+def _gauge(name: str, help_text: str, labels: Sequence[str], series: Series) -> Metric:
+    return gauge(PREFIX + name, help_text, labels, series)
 
 
-def _number(value: float) -> str:
-    if value == int(value) and abs(value) < 1e15:
-        return str(int(value))
-    return repr(float(value))
+def _counter(name: str, help_text: str, labels: Sequence[str], series: Series) -> Metric:
+    return counter(PREFIX + name, help_text, labels, series)
 
 
-class Exposition:
-    """Builds the text: one HELP/TYPE header per family, then its samples."""
-
-    def __init__(self) -> None:
-        self._lines: list[str] = []
-
-    def family(self, name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> None:
-        """Add one metric family (`name` without the prefix)."""
-        full = PREFIX + name
-        self._lines.append(f"# HELP {full} {help_text}")
-        self._lines.append(f"# TYPE {full} {kind}")
-        for labels, value in samples:
-            self._lines.append(f"{full}{_labels(labels)} {_number(value)}")
-
-    def summary(
-        self,
-        name: str,
-        help_text: str,
-        series: Iterable[tuple[dict[str, str], dict[str, float | None], int, float]],
-    ) -> None:
-        """A summary family: (labels, {quantile: value}, count, sum) per series."""
-        full = PREFIX + name
-        self._lines.append(f"# HELP {full} {help_text}")
-        self._lines.append(f"# TYPE {full} summary")
-        for labels, quantiles, count, total in series:
-            for q, value in quantiles.items():
-                if value is not None:
-                    ql = {**labels, "quantile": q}
-                    self._lines.append(f"{full}{_labels(ql)} {_number(value)}")
-            self._lines.append(f"{full}_sum{_labels(labels)} {_number(total)}")
-            self._lines.append(f"{full}_count{_labels(labels)} {count}")
-
-    def text(self) -> str:
-        """The exposition text (ends with a newline)."""
-        return "\n".join(self._lines) + "\n"
+def summary(
+    name: str,
+    help_text: str,
+    labels: Sequence[str],
+    series: Iterable[tuple[Sequence[str], Quantiles, int, float]],
+) -> SummaryMetricFamily:
+    """A summary family: (label values, quantiles, count, sum) per series; quantiles with
+    no value are left out."""
+    family = SummaryMetricFamily(PREFIX + name, help_text, labels=labels)
+    for values, quantiles, count, total in series:
+        base = dict(zip(labels, values, strict=True))
+        for q, value in quantiles.items():
+            if value is not None:
+                family.samples.append(Sample(family.name, {**base, "quantile": q}, value))
+        family.add_metric(values, count, total)
+    return family
 
 
-def _operations(exp: Exposition, report: Report) -> None:
-    exp.summary(
+def _quantiles(p50: float | None, p90: float | None, p99: float | None) -> Quantiles:
+    return {"0.5": p50, "0.9": p90, "0.99": p99}
+
+
+def _operations(report: Report) -> Iterator[Metric]:
+    yield summary(
         "operation_duration_seconds",
         "Duration of succeeded operations per driver and operation (stage derived).",
+        ("driver", "operation"),
         (
-            (
-                {"driver": f.driver, "operation": f.operation},
-                {"0.5": f.p50_s, "0.9": f.p90_s, "0.99": f.p99_s},
-                f.succeeded,
-                f.sum_s,
-            )
+            ((f.driver, f.operation), _quantiles(f.p50_s, f.p90_s, f.p99_s), f.succeeded, f.sum_s)
             for f in report.latency
         ),
     )
-    exp.family(
+    yield _counter(
         "operations_total",
-        "counter",
         "Finished operations per driver, operation and outcome.",
+        ("driver", "operation", "outcome"),
         (
-            ({"driver": f.driver, "operation": f.operation, "outcome": outcome}, n)
+            ((f.driver, f.operation, outcome), n)
             for f in report.latency
             for outcome, n in (("succeeded", f.succeeded), ("failed", f.failed))
         ),
     )
-    exp.family(
+    yield _counter(
         "operation_failures_total",
-        "counter",
         "Failed operations per driver, operation, gRPC / plugin code and finality.",
+        ("driver", "operation", "code", "final"),
         (
-            (
-                {
-                    "driver": f.driver,
-                    "operation": f.operation,
-                    "code": f.code,
-                    "final": "true" if f.final else "false",
-                },
-                f.count,
-            )
+            ((f.driver, f.operation, f.code, "true" if f.final else "false"), f.count)
             for f in report.failures
         ),
     )
 
 
-def _uncertain(exp: Exposition, report: Report) -> None:
-    now: dict[tuple[str, str], int] = defaultdict(int)
-    stuck: dict[tuple[str, str], int] = defaultdict(int)
+def _uncertain(report: Report) -> Iterator[Metric]:
+    now: dict[tuple[str, str], float] = defaultdict(float)
+    stuck: dict[tuple[str, str], float] = defaultdict(float)
     for u in report.uncertain_now:
         now[(u.node, u.kind)] += 1
         stuck[(u.node, u.kind)] += u.stuck
     seconds: dict[tuple[str, str], float] = defaultdict(float)
     for v in report.uncertain_volumes:
         seconds[(v.node, v.kind)] += v.seconds
-    exp.family(
+    labels = ("node", "kind")
+    yield _gauge(
         "uncertain_now",
-        "gauge",
         "Devices (kind=device) and pod-volumes (kind=podvol) Uncertain now.",
-        (({"node": n, "kind": k}, c) for (n, k), c in sorted(now.items())),
+        labels,
+        sorted(now.items()),
     )
-    exp.family(
+    yield _gauge(
         "uncertain_stuck",
-        "gauge",
         f"Entries Uncertain for longer than {report.stuck_threshold_s:g}s.",
-        (({"node": n, "kind": k}, c) for (n, k), c in sorted(stuck.items())),
+        labels,
+        sorted(stuck.items()),
     )
-    exp.family(
+    yield _gauge(
         "uncertain_seconds",
-        "gauge",
         "Total time entries spent Uncertain (open spans counted up to now).",
-        (({"node": n, "kind": k}, s) for (n, k), s in sorted(seconds.items())),
+        labels,
+        sorted(seconds.items()),
     )
 
 
@@ -200,62 +188,53 @@ _NODE_FAMILIES: tuple[tuple[str, str, str, Callable[[NodeFigure], float]], ...] 
 )
 
 
-def _nodes(exp: Exposition, report: Report) -> None:
+def _nodes(report: Report) -> Iterator[Metric]:
     lag = f"{report.lag_threshold_s:g}"
     for name, kind, help_text, value in _NODE_FAMILIES:
-        samples = (({"node": n.node}, value(n)) for n in report.nodes)
-        exp.family(name, kind, help_text.replace("{lag}", lag), samples)
+        family = _counter if kind == "counter" else _gauge
+        series = [((n.node,), value(n)) for n in report.nodes]
+        yield family(name, help_text.replace("{lag}", lag), ("node",), series)
 
 
-def _pods(exp: Exposition, report: Report) -> None:
+def _pods(report: Report) -> Iterator[Metric]:
     pr = report.pod_ready
-    exp.summary(
+    yield summary(
         "pod_ready_seconds",
         "Pod mount-to-ready latency: PodAdded to all its volumes Mounted.",
-        [({}, {"0.5": pr.p50_s, "0.9": pr.p90_s, "0.99": pr.p99_s}, pr.count, pr.sum_s)],
+        (),
+        [((), _quantiles(pr.p50_s, pr.p90_s, pr.p99_s), pr.count, pr.sum_s)],
     )
-    exp.family(
-        "pods_pending", "gauge", "Pods whose volumes are not all Mounted.", [({}, pr.pending)]
-    )
+    yield _gauge("pods_pending", "Pods whose volumes are not all Mounted.", (), [((), pr.pending)])
 
 
-def _ingest(exp: Exposition, ingest: IngestCounters) -> None:
-    exp.family(
-        "ingest_applied_total", "counter", "Events applied to the store.", [({}, ingest.applied)]
-    )
-    exp.family(
+_INGEST_COUNTERS: tuple[tuple[str, str, Callable[[IngestCounters], float]], ...] = (
+    ("ingest_applied_total", "Events applied to the store.", lambda i: i.applied),
+    (
         "ingest_duplicates_total",
-        "counter",
         "Redelivered events recognised and skipped.",
-        [({}, ingest.duplicates)],
-    )
-    exp.family(
-        "ingest_undecodable_total",
-        "counter",
-        "Messages no decoder read.",
-        [({}, ingest.undecodable)],
-    )
-    exp.family(
-        "ingest_gaps_noticed_total",
-        "counter",
-        "Gaps in node sequences ever noticed.",
-        [({}, ingest.gaps_noticed)],
-    )
-    exp.family(
+        lambda i: i.duplicates,
+    ),
+    ("ingest_undecodable_total", "Messages no decoder read.", lambda i: i.undecodable),
+    ("ingest_gaps_noticed_total", "Gaps in node sequences ever noticed.", lambda i: i.gaps_noticed),
+)
+
+
+def _ingest(ingest: IngestCounters) -> Iterator[Metric]:
+    for name, help_text, value in _INGEST_COUNTERS:
+        yield _counter(name, help_text, (), [((), value(ingest))])
+    yield _gauge(
         "ingest_stream_sequence",
-        "gauge",
         "JetStream sequence of the last committed batch.",
-        [({}, ingest.stream_seq)],
+        (),
+        [((), ingest.stream_seq)],
     )
 
 
-def render_metrics(report: Report, ingest: IngestCounters | None = None) -> str:
-    """The Prometheus text of one report (and the aggregator's counters)."""
-    exp = Exposition()
-    _operations(exp, report)
-    _uncertain(exp, report)
-    _nodes(exp, report)
-    _pods(exp, report)
+def report_families(report: Report, ingest: IngestCounters | None = None) -> Iterator[Metric]:
+    """The metric families of one report (and the aggregator's counters)."""
+    yield from _operations(report)
+    yield from _uncertain(report)
+    yield from _nodes(report)
+    yield from _pods(report)
     if ingest is not None:
-        _ingest(exp, ingest)
-    return exp.text()
+        yield from _ingest(ingest)

@@ -16,9 +16,10 @@ from loguru import logger
 from nats.aio.client import Client
 
 from volfsm.analytics.aggregator import Aggregator, AggregatorConfig
-from volfsm.analytics.dashboard import DashboardServer, StoreReportSource
+from volfsm.analytics.dashboard import StoreReportSource, dashboard_server
 from volfsm.analytics.report import ReportOptions
 from volfsm.analytics.store import AnalyticsStore
+from volfsm.web.http import HttpServer
 
 
 async def _connect(url: str, stop: asyncio.Event) -> Client | None:
@@ -58,11 +59,11 @@ async def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     store = AnalyticsStore(db)
-    server: DashboardServer | None = None
+    server: HttpServer | None = None
     nc: Client | None = None
     try:
         if address is not None:
-            server = DashboardServer(StoreReportSource(db, options), *address)
+            server = dashboard_server(StoreReportSource(db, options), *address)
             await server.start()
             print(f"volfsm analytics: dashboard on {server.url}", file=sys.stderr, flush=True)
         nc = await _connect(url, stop)
@@ -70,7 +71,7 @@ async def serve(
             await Aggregator(store, nc.jetstream(), config).run(stop)
     finally:
         if server is not None:
-            await server.close()
+            await server.stop()
         if nc is not None:
             await nc.close()
         store.close()

@@ -2,7 +2,8 @@
 
 Modules: `config` (settings from defaults, a TOML file, `VOLFSM_*` env and
 the command line), `logging` (loguru: flat JSON lines or human text),
-`intake` (NATS request/reply commands), `metrics` (Prometheus text),
-`http` (/metrics, /healthz, /readyz), `serve` (the service's lifecycle)
-and `client` (finding and calling a running service).
+`intake` (NATS request/reply commands), `metrics` (the Prometheus
+collector), `serve` (the service's lifecycle; /metrics, /healthz and
+/readyz on `volfsm.web`) and `client` (finding and calling a running
+service).
 """

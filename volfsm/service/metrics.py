@@ -1,13 +1,15 @@
-"""Prometheus metrics of the node service, rendered as text exposition format 0.0.4.
+"""Prometheus metrics of the node service, through `prometheus_client`.
 
-Written without `prometheus_client` (not a dependency): a counter, a
-histogram and a text renderer are a few dozen lines. Two kinds of numbers:
+`ServiceMetrics` is the service's collector, registered in its own private
+registry (see `volfsm.web.exposition`). Two kinds of numbers:
 
 * counted as events are appended (a `CommandHandler` listener): transitions
   by FSM and event type, operations by name, plugin and result, and
   `storage_operation_duration_seconds` from the `duration_s` of
   OperationSucceeded / OperationFailed (the plugin comes from the matching
-  OperationStarted);
+  OperationStarted); the tallies become counter and histogram families when
+  scraped, the histogram's `le` bounds written as the kubelet writes them
+  ('0.1', '1', '600');
 * read at scrape time, as the kubelet's volume manager collector does:
   `volume_manager_total_volumes{plugin_name,state}`, devices and pod-volumes
   by state, running operations, publish lag, relay counters, readiness.
@@ -18,11 +20,18 @@ error code); never a volume id, pod uid or name.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
 
 from events.tables import DETACHED, MOUNTED, UNMOUNTED
 from events.types import (
@@ -35,8 +44,7 @@ from events.types import (
     VolumeSource,
 )
 from projections.asw import Asw
-
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+from volfsm.web.exposition import counter, gauge, registry_of
 
 KUBELET_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0)
 """kubelet's storage_operation_duration_seconds buckets."""
@@ -47,7 +55,7 @@ CSI_PREFIX = PLUGIN_CSI + "/"
 ASW_STATE = "actual_state_of_world"
 DSW_STATE = "desired_state_of_world"
 
-Labels = tuple[tuple[str, str], ...]
+Counts = dict[tuple[str, str], int]
 
 
 def plugin_label(source: VolumeSource) -> str:
@@ -64,46 +72,8 @@ def plugin_of_volume_id(volume_id: str) -> str:
     return plugin if sep and plugin.count("/") == 1 else UNKNOWN_PLUGIN
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
-
-
-def _num(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(float(value))
-
-
-@dataclass
-class Family:
-    """One metric family: its samples (name suffix, labels, value) for rendering."""
-
-    name: str
-    kind: str
-    help: str
-    samples: list[tuple[str, Labels, float]] = field(default_factory=list)
-
-    def add(self, labels: Labels, value: float, suffix: str = "") -> None:
-        """Add one sample."""
-        self.samples.append((suffix, labels, value))
-
-    def render(self) -> str:
-        """The family in text exposition format."""
-        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
-        lines.extend(f"{self.name}{sfx}{_labels(lbl)} {_num(v)}" for sfx, lbl, v in self.samples)
-        return "\n".join(lines) + "\n"
-
-
-class Counter:
-    """A labelled counter."""
+class Tally:
+    """Counts per label values, fed as events are appended; exposed as a counter."""
 
     def __init__(self, name: str, help_text: str, label_names: Sequence[str]) -> None:
         self.name = name
@@ -119,16 +89,18 @@ class Counter:
         """The current value of one series (0 if never incremented)."""
         return self.values.get(label_values, 0.0)
 
-    def family(self) -> Family:
-        """The counter as a family."""
-        fam = Family(self.name, "counter", self.help)
-        for values, total in sorted(self.values.items()):
-            fam.add(tuple(zip(self.label_names, values, strict=True)), total)
-        return fam
+    def family(self) -> CounterMetricFamily:
+        """The tally as a counter family."""
+        return counter(self.name, self.help, self.label_names, sorted(self.values.items()))
 
 
-class Histogram:
-    """A labelled histogram with fixed buckets."""
+def _bound(upper: float) -> str:
+    """A bucket bound as the kubelet's `le` label writes it ('0.1', '1', '600')."""
+    return str(int(upper)) if float(upper).is_integer() else repr(float(upper))
+
+
+class DurationTally:
+    """Observations per label values in fixed buckets; exposed as a histogram."""
 
     def __init__(
         self,
@@ -160,17 +132,14 @@ class Histogram:
         counts = self.counts.get(label_values)
         return counts[-1] if counts else 0
 
-    def family(self) -> Family:
-        """The histogram as a family (cumulative buckets, _sum, _count)."""
-        fam = Family(self.name, "histogram", self.help)
+    def family(self) -> HistogramMetricFamily:
+        """The tally as a histogram family (cumulative buckets, _sum, _count)."""
+        family = HistogramMetricFamily(self.name, self.help, labels=self.label_names)
+        bounds = [*(_bound(b) for b in self.buckets), "+Inf"]
         for values, counts in sorted(self.counts.items()):
-            base = tuple(zip(self.label_names, values, strict=True))
-            for upper, n in zip(self.buckets, counts, strict=False):
-                fam.add((*base, ("le", _num(upper))), n, "_bucket")
-            fam.add((*base, ("le", "+Inf")), counts[-1], "_bucket")
-            fam.add(base, self.sums[values], "_sum")
-            fam.add(base, counts[-1], "_count")
-        return fam
+            buckets = [(le, float(n)) for le, n in zip(bounds, counts, strict=True)]
+            family.add_metric(values, buckets, self.sums[values])
+        return family
 
 
 # ------------------------------------------------------------------- views
@@ -193,7 +162,7 @@ class RelayView(Protocol):
 
 @dataclass
 class Snapshot:
-    """Scrape-time state handed to `ServiceMetrics.render`."""
+    """Scrape-time state `ServiceMetrics` reads."""
 
     ready: bool
     last_seq: int
@@ -217,46 +186,49 @@ _RELAY_COUNTERS = {
 }
 
 
-class ServiceMetrics:
-    """The service's counters and histograms, fed by appended events and commands."""
+class ServiceMetrics(Collector):
+    """The service's collector: tallies fed by appended events and commands, and the
+    state `snapshot` reads when scraped; `registry` holds it alone."""
 
-    def __init__(self) -> None:
-        self.transitions = Counter(
+    def __init__(self, snapshot: Callable[[], Snapshot]) -> None:
+        self.snapshot = snapshot
+        self.transitions = Tally(
             "volfsm_transitions_total",
             "FSM transitions recorded, by state machine and event type.",
             ("fsm", "event"),
         )
-        self.desired_events = Counter(
+        self.desired_events = Tally(
             "volfsm_desired_events_total",
             "Desired-state events recorded (pods added / removed, sizes).",
             ("event",),
         )
-        self.operations_started = Counter(
+        self.operations_started = Tally(
             "volfsm_operations_started_total",
             "Operations started, by operation and plugin.",
             ("operation", "plugin"),
         )
-        self.operations = Counter(
+        self.operations = Tally(
             "volfsm_operations_total",
             "Operations finished, by operation, plugin and result (success / failure).",
             ("operation", "plugin", "result"),
         )
-        self.operation_errors = Counter(
+        self.operation_errors = Tally(
             "volfsm_operation_errors_total",
             "Failed operations by error code and whether the error was final.",
             ("operation", "plugin", "code", "final"),
         )
-        self.durations = Histogram(
+        self.durations = DurationTally(
             "storage_operation_duration_seconds",
             "Storage operation duration (kubelet-compatible).",
             ("volume_plugin", "operation_name", "status"),
         )
-        self.commands = Counter(
+        self.commands = Tally(
             "volfsm_commands_total",
             "Commands received over NATS, by verb and result code ('ok' when it succeeded).",
             ("verb", "code"),
         )
         self._op_plugins: dict[str, str] = {}
+        self.registry = registry_of(self)
 
     # ----------------------------------------------------------- feeding
 
@@ -289,114 +261,107 @@ class ServiceMetrics:
         """Count one command and its outcome."""
         self.commands.inc(verb, code)
 
-    # ---------------------------------------------------------- rendering
+    # ---------------------------------------------------------- collecting
 
-    def render(self, snap: Snapshot) -> str:
-        """Every family as Prometheus text."""
-        families = [
-            self._gauge(
-                "volfsm_ready",
-                "1 once the ASW is rebuilt and a first reconcile ran.",
-                [((), 1.0 if snap.ready else 0.0)],
-            ),
-            self._gauge(
-                "volfsm_log_last_seq",
-                "Seq of the last event in the local log.",
-                [((), float(snap.last_seq))],
-            ),
-            self._gauge(
-                "volfsm_operations_running",
-                "Operations running now (pending).",
-                [((), float(snap.running_operations))],
-            ),
-            *self._volume_families(snap),
-            *self._relay_families(snap),
-            self.transitions.family(),
-            self.desired_events.family(),
-            self.operations_started.family(),
-            self.operations.family(),
-            self.operation_errors.family(),
-            self.durations.family(),
-            self.commands.family(),
-        ]
-        return "".join(f.render() for f in families)
-
-    @staticmethod
-    def _gauge(name: str, help_text: str, samples: Iterable[tuple[Labels, float]]) -> Family:
-        fam = Family(name, "gauge", help_text)
-        for labels, value in samples:
-            fam.add(labels, value)
-        return fam
-
-    def _volume_families(self, snap: Snapshot) -> list[Family]:
-        total = Family(
-            "volume_manager_total_volumes",
-            "gauge",
-            "Number of volumes in the actual (Mounted pod-volumes) and desired state of world "
-            "(kubelet-compatible).",
+    def collect(self) -> Iterator[Metric]:
+        """Every family, the scrape-time ones read now (the `Collector` protocol)."""
+        snap = self.snapshot()
+        yield GaugeMetricFamily(
+            "volfsm_ready",
+            "1 once the ASW is rebuilt and a first reconcile ran.",
+            value=1.0 if snap.ready else 0.0,
         )
-        devices: dict[tuple[str, str], int] = defaultdict(int)
-        podvols: dict[tuple[str, str], int] = defaultdict(int)
-        per_plugin: dict[tuple[str, str], int] = defaultdict(int)
-        plugin_of: dict[str, str] = {}
-        for _pod, dv in snap.desired:
-            label = plugin_label(dv.source)
-            plugin_of.setdefault(dv.volume_id, label)
-            per_plugin[(label, DSW_STATE)] += 1
-        if snap.asw is not None:
-            for dev in snap.asw.devices.values():
-                if dev.state == DETACHED:
-                    continue
+        yield GaugeMetricFamily(
+            "volfsm_log_last_seq", "Seq of the last event in the local log.", value=snap.last_seq
+        )
+        yield GaugeMetricFamily(
+            "volfsm_operations_running",
+            "Operations running now (pending).",
+            value=snap.running_operations,
+        )
+        yield from _volume_families(snap)
+        yield from _relay_families(snap)
+        yield self.transitions.family()
+        yield self.desired_events.family()
+        yield self.operations_started.family()
+        yield self.operations.family()
+        yield self.operation_errors.family()
+        yield self.durations.family()
+        yield self.commands.family()
+
+
+def _volume_counts(snap: Snapshot) -> tuple[Counts, Counts, Counts]:
+    """(plugin, state) -> count for volume_manager_total_volumes, devices and pod-volumes."""
+    per_plugin: Counts = defaultdict(int)
+    devices: Counts = defaultdict(int)
+    podvols: Counts = defaultdict(int)
+    plugin_of: dict[str, str] = {}
+    for _pod, dv in snap.desired:
+        label = plugin_label(dv.source)
+        plugin_of.setdefault(dv.volume_id, label)
+        per_plugin[(label, DSW_STATE)] += 1
+    if snap.asw is not None:
+        for dev in snap.asw.devices.values():
+            if dev.state != DETACHED:
                 label = plugin_of.get(dev.volume_id) or plugin_of_volume_id(dev.volume_id)
                 devices[(label, dev.state)] += 1
-            for pv in snap.asw.podvols.values():
-                if pv.state == UNMOUNTED:
-                    continue
-                label = plugin_of.get(pv.volume_id) or plugin_of_volume_id(pv.volume_id)
-                podvols[(label, pv.state)] += 1
-                if pv.state == MOUNTED:
-                    per_plugin[(label, ASW_STATE)] += 1
-        for (plugin, state), n in sorted(per_plugin.items()):
-            total.add((("plugin_name", plugin), ("state", state)), n)
-        dev_fam = self._gauge(
-            "volfsm_devices",
-            "Volumes on the node by device FSM state and plugin (Detached ones left out).",
-            [((("plugin", p), ("state", s)), n) for (p, s), n in sorted(devices.items())],
-        )
-        pv_fam = self._gauge(
-            "volfsm_pod_volumes",
-            "Pod-volumes by FSM state and plugin (Unmounted ones left out).",
-            [((("plugin", p), ("state", s)), n) for (p, s), n in sorted(podvols.items())],
-        )
-        return [total, dev_fam, pv_fam]
+        for pv in snap.asw.podvols.values():
+            if pv.state == UNMOUNTED:
+                continue
+            label = plugin_of.get(pv.volume_id) or plugin_of_volume_id(pv.volume_id)
+            podvols[(label, pv.state)] += 1
+            if pv.state == MOUNTED:
+                per_plugin[(label, ASW_STATE)] += 1
+    return per_plugin, devices, podvols
 
-    def _relay_families(self, snap: Snapshot) -> list[Family]:
-        relay = snap.relay
-        lag = float(relay.lag()) if relay is not None else float(snap.last_seq)
-        fams = [
-            self._gauge(
-                "volfsm_publish_lag_events",
-                "Events in the local log not yet acknowledged by JetStream.",
-                [((), lag)],
-            ),
-            self._gauge(
-                "volfsm_relay_connected",
-                "1 while the relay has a NATS session.",
-                [((), 1.0 if relay is not None and relay.connected else 0.0)],
-            ),
-            self._gauge(
-                "volfsm_relay_acked_seq",
-                "Every event up to this seq is in the JetStream stream.",
-                [((), float(relay.acked_seq if relay is not None else 0))],
-            ),
-            self._gauge(
-                "volfsm_commands_connected",
-                "1 while the command intake is connected to NATS.",
-                [((), 1.0 if snap.intake_connected else 0.0)],
-            ),
-        ]
-        for key, help_text in _RELAY_COUNTERS.items():
-            fam = Family(f"volfsm_relay_{key}_total", "counter", help_text)
-            fam.add((), float(snap.relay_counters.get(key, 0)))
-            fams.append(fam)
-        return fams
+
+def _volume_families(snap: Snapshot) -> Iterator[Metric]:
+    per_plugin, devices, podvols = _volume_counts(snap)
+    yield gauge(
+        "volume_manager_total_volumes",
+        "Number of volumes in the actual (Mounted pod-volumes) and desired state of world "
+        "(kubelet-compatible).",
+        ("plugin_name", "state"),
+        sorted(per_plugin.items()),
+    )
+    yield gauge(
+        "volfsm_devices",
+        "Volumes on the node by device FSM state and plugin (Detached ones left out).",
+        ("plugin", "state"),
+        sorted(devices.items()),
+    )
+    yield gauge(
+        "volfsm_pod_volumes",
+        "Pod-volumes by FSM state and plugin (Unmounted ones left out).",
+        ("plugin", "state"),
+        sorted(podvols.items()),
+    )
+
+
+def _relay_families(snap: Snapshot) -> Iterator[Metric]:
+    relay = snap.relay
+    lag = float(relay.lag()) if relay is not None else float(snap.last_seq)
+    connected = relay is not None and relay.connected
+    yield GaugeMetricFamily(
+        "volfsm_publish_lag_events",
+        "Events in the local log not yet acknowledged by JetStream.",
+        value=lag,
+    )
+    yield GaugeMetricFamily(
+        "volfsm_relay_connected",
+        "1 while the relay has a NATS session.",
+        value=1.0 if connected else 0.0,
+    )
+    yield GaugeMetricFamily(
+        "volfsm_relay_acked_seq",
+        "Every event up to this seq is in the JetStream stream.",
+        value=relay.acked_seq if relay is not None else 0,
+    )
+    yield GaugeMetricFamily(
+        "volfsm_commands_connected",
+        "1 while the command intake is connected to NATS.",
+        value=1.0 if snap.intake_connected else 0.0,
+    )
+    for key, help_text in _RELAY_COUNTERS.items():
+        value = float(snap.relay_counters.get(key, 0))
+        yield counter(f"volfsm_relay_{key}_total", help_text, (), [((), value)])

@@ -57,10 +57,11 @@ from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.csi.plugin import CsiPlugin
 from volfsm.plugins.emptydir import EmptyDirPlugin
 from volfsm.service.config import NATS_URL_FILENAME, NODE_FILENAME, Settings
-from volfsm.service.http import HttpServer, Response
 from volfsm.service.intake import CommandIntake, CommandProcessor
-from volfsm.service.metrics import CONTENT_TYPE, ServiceMetrics, Snapshot
+from volfsm.service.metrics import ServiceMetrics, Snapshot
 from volfsm.service.restore import LogRestoreError, restore_from_stream
+from volfsm.web.exposition import metrics_response
+from volfsm.web.http import HttpServer, Response
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -113,7 +114,7 @@ class NodeService:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.metrics = ServiceMetrics()
+        self.metrics = ServiceMetrics(self.snapshot)
         self.log: EventLog | None = None
         self.engine: VolumeEngine | None = None
         self.relay: Relay | None = None
@@ -184,7 +185,11 @@ class NodeService:
             self.http = HttpServer(
                 s.http.host,
                 s.http.port,
-                {"/metrics": self.metrics_page, "/healthz": self.healthz, "/readyz": self.readyz},
+                {
+                    "/metrics": lambda _request: self.metrics_page(),
+                    "/healthz": lambda _request: self.healthz(),
+                    "/readyz": lambda _request: self.readyz(),
+                },
             )
             try:
                 await self.http.start()
@@ -501,7 +506,7 @@ class NodeService:
 
     def metrics_page(self) -> Response:
         """GET /metrics."""
-        return Response(200, self.metrics.render(self.snapshot()), CONTENT_TYPE)
+        return metrics_response(self.metrics.registry)
 
     def healthz(self) -> Response:
         """GET /healthz: the process answers and is not shutting down for good."""

@@ -20,10 +20,10 @@ from pathlib import Path
 import msgspec
 
 from projections.analytics import Report
+from projections.textfmt import parse_time
 from volfsm.analytics.metrics import ReportCollector
 from volfsm.analytics.report import ReportOptions, report_document, store_report
 from volfsm.analytics.store import AnalyticsStore, IngestCounters, StoreError
-from volfsm.analytics.timearg import parse_time
 from volfsm.web.exposition import metrics_response, registry_of
 from volfsm.web.http import Handler, HttpServer, Request, Response, static_file
 

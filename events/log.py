@@ -33,6 +33,7 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,10 @@ LOG_SCHEMA = 3
 3: the snapshots and snapshot_chunks tables (`events.snapshots`); additive."""
 ANY_VERSION = -1
 """Pass as `expected_version` to append without a version check."""
+LOG_ID_KEY = "log_id"
+"""`volfsm_meta` key of the log's identity: a random id written when the log is created
+(logs from before it get one the first time they are opened for writing). A copy of the
+file keeps it; a new log has another. Additive: no schema change, older builds ignore it."""
 
 Row = tuple[int, str, int, str, int, int, str, bytes]
 _COLUMNS = "seq, stream, version, type, schema, ts, node, body"
@@ -95,6 +100,10 @@ _STREAM_VERSION = (
 )
 _STREAMS = (
     f"SELECT stream FROM stream_index UNION SELECT stream FROM events WHERE {_TAIL} ORDER BY 1"
+)
+_HAS_STREAM_IN = (
+    "SELECT 1 FROM stream_index WHERE stream >= :lo AND stream < :hi "
+    f"UNION ALL SELECT 1 FROM events WHERE {_TAIL} AND stream >= :lo AND stream < :hi LIMIT 1"
 )
 _INDEX_TAIL = (
     "INSERT INTO stream_index (stream, version, seq) "
@@ -293,6 +302,18 @@ def _check_meta(meta: dict[str, str], path: Path) -> int:
     return schema
 
 
+def new_log_id() -> str:
+    """A fresh log identity (a random UUID)."""
+    return str(uuid.uuid4())
+
+
+def _ensure_log_id(conn: sqlite3.Connection) -> None:
+    """Give a log written before log ids existed its id (in the caller's transaction)."""
+    conn.execute(
+        "INSERT OR IGNORE INTO volfsm_meta (key, value) VALUES (?, ?)", (LOG_ID_KEY, new_log_id())
+    )
+
+
 def _create_schema(db: sqlite_utils.Database, node: str, created_us: int) -> None:
     if "volfsm_meta" not in db.table_names():
         db["volfsm_meta"].create({"key": str, "value": str}, pk="key")
@@ -302,6 +323,7 @@ def _create_schema(db: sqlite_utils.Database, node: str, created_us: int) -> Non
                 {"key": "log_schema", "value": str(LOG_SCHEMA)},
                 {"key": "node", "value": node},
                 {"key": "created_us", "value": str(created_us)},
+                {"key": LOG_ID_KEY, "value": new_log_id()},
             ]
         )
     if "events" not in db.table_names():
@@ -392,6 +414,8 @@ class EventLog:
         self.readonly = readonly
         self.max_batch = max(1, max_batch)
         """Most events committed in one transaction."""
+        self.log_id = ""
+        """The log's identity (`LOG_ID_KEY`); "" only for an old log opened read-only."""
         self._lock_fd: int | None = None
         self._closed = False
         self._writer_thread: threading.Thread | None = None
@@ -405,6 +429,7 @@ class EventLog:
         if readonly:
             self._reader = self._open_readonly()
             self.node = self._meta_value("node")
+            self.log_id = self._meta_value(LOG_ID_KEY)
             return
         if not self.path.exists() and not create:
             raise LogMissingError(f"{self.path}: no volfsm event log here")
@@ -419,6 +444,7 @@ class EventLog:
             meta = _read_meta(self._writer, self.path)
             _check_meta(meta, self.path)
             self.node = node or meta.get("node", "")
+            self.log_id = meta.get(LOG_ID_KEY, "")
             self._next_seq = self._query_last_seq(self._writer) + 1
             self._last_ts = self._query_last_ts(self._writer)
             self._indexed_seq = int(
@@ -457,9 +483,12 @@ class EventLog:
             if "volfsm_meta" not in db.table_names():
                 _create_schema(db, node, self._clock())
             else:
-                schema = _check_meta(_read_meta(conn, self.path), self.path)
+                meta = _read_meta(conn, self.path)
+                schema = _check_meta(meta, self.path)
                 if schema < LOG_SCHEMA:
                     _upgrade_schema(db, schema)
+                if LOG_ID_KEY not in meta:
+                    _ensure_log_id(conn)
         return conn
 
     def _open_readonly(self) -> sqlite3.Connection:
@@ -1040,6 +1069,18 @@ class EventLog:
         """Every stream name in the log, sorted."""
         with self._read_lock:
             return [r[0] for r in self._reader.execute(_STREAMS)]
+
+    def has_stream(self, stream: str, *, prefix: bool = False) -> bool:
+        """Whether the log holds events of `stream` (with `prefix`: of any stream starting so)."""
+        if not prefix:
+            return self.stream_version(stream) > 0
+        if not stream:
+            return self.last_seq() > 0
+        # Every name starting with `stream` sorts in [stream, stream with its last char + 1).
+        end = stream[:-1] + chr(ord(stream[-1]) + 1)
+        with self._read_lock:
+            row = self._reader.execute(_HAS_STREAM_IN, {"lo": stream, "hi": end}).fetchone()
+        return row is not None
 
     # ------------------------------------------------------------- snapshots
 

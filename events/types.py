@@ -52,6 +52,12 @@ class DesiredVolume(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     size_bytes: int | None = None
     read_only: bool = False
     claim_read_only: bool = False  # the pod's persistentVolumeClaim.readOnly as written
+    claim_capacity_bytes: int | None = None
+    """The claim's status.capacity.storage when the pod was added (None: the claim had none).
+
+    Below `size_bytes` (the PV's capacity), the volume grew while the claim
+    still says the old size: the first mount on this node expands it.
+    """
 
 
 class PodAdded(Body, frozen=True, kw_only=True):

@@ -477,35 +477,6 @@ class RootLayout:
         except FileNotFoundError:
             return False
 
-    def remove_pod_dir(self, uid: str) -> bool:
-        """Remove pods/<uid> once its volumes are gone (orphaned pod dir cleanup).
-
-        Refuses (`PathInUseError`, nothing removed) while any mount is under
-        the pod dir, or while `volumes/` or `volumeDevices/` still hold
-        anything but empty directories: a file or device link left there is
-        a volume not torn down, and may be data (kubelet refuses the same).
-        Returns whether the dir existed.
-        """
-        pod = self.pod_dir(uid)
-        mounted = self._mounts_at_or_under(pod)
-        if mounted:
-            raise PathInUseError(pod, "volumes are still mounted under it", mounted)
-        parts = self.relative_parts(pod)
-        try:
-            with self._walk(parts[:-1], create=False) as parent:
-                st = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
-                    with self._walk(parts, create=False) as pod_fd:
-                        for sub in (VOLUMES, VOLUME_DEVICES):
-                            leftover = _first_non_directory(pod_fd, sub)
-                            if leftover is not None:
-                                raise PathInUseError(
-                                    pod, f"{leftover} is still there: a volume not torn down"
-                                )
-                return _remove_entry_tree(parent, parts[-1], pod)
-        except FileNotFoundError:
-            return False
-
 
 # ------------------------------------------------------------ fd-level helpers
 
@@ -602,7 +573,7 @@ class _Frame:
         self.subdirs = subdirs
 
 
-def _mount_id(fd: int) -> int | None:
+def fd_mount_id(fd: int) -> int | None:
     """The mount id an open fd lives on (/proc/self/fdinfo), or None if unavailable."""
     try:
         with open(f"/proc/self/fdinfo/{fd}", "rb") as fh:
@@ -620,7 +591,7 @@ def _mount_id_of_child(parent: int, name: str) -> int | None:
     except OSError:
         return None
     try:
-        return _mount_id(fd)
+        return fd_mount_id(fd)
     finally:
         os.close(fd)
 
@@ -658,50 +629,8 @@ def _open_child_dir(parent: int, name: str, top: _Top, shown: Path) -> int:
             return -1
         raise
     if os.fstat(fd).st_dev != top.device or (
-        top.mount_id is not None and _mount_id(fd) != top.mount_id
+        top.mount_id is not None and fd_mount_id(fd) != top.mount_id
     ):
         os.close(fd)
         raise PathInUseError(shown, "is a mount point; not crossing it")
-    return fd
-
-
-def _first_non_directory(pod_fd: int, sub: str) -> str | None:
-    """The first entry under pod_fd/sub that is not a directory (as a relative path), or None.
-
-    Holds one fd at a time: each directory is reopened from `pod_fd` without
-    following links (volume trees are shallow; this is not a hot path).
-    """
-    pending: list[tuple[str, ...]] = [(sub,)]
-    while pending:
-        parts = pending.pop()
-        try:
-            fd = _open_relative(pod_fd, parts)
-        except FileNotFoundError:
-            if parts == (sub,):
-                return None
-            return "/".join(parts)  # vanished meanwhile: report it rather than guess
-        except OSError:
-            return "/".join(parts)
-        try:
-            with os.scandir(fd) as entries:
-                for entry in entries:
-                    if not entry.is_dir(follow_symlinks=False):
-                        return "/".join((*parts, entry.name))
-                    pending.append((*parts, entry.name))
-        finally:
-            os.close(fd)
-    return None
-
-
-def _open_relative(base: int, parts: tuple[str, ...]) -> int:
-    """fd of base/parts..., each component opened as a directory without following links."""
-    fd = os.open(parts[0], _DIR_FLAGS, dir_fd=base)
-    try:
-        for name in parts[1:]:
-            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
     return fd

@@ -6,10 +6,13 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from events.streams import pod_stream
 from events.types import PodAdded, VolumeSource
 from tests.desired.builders import can_serve, claim_volume, pod, pv, pvc
 from volfsm.desired import PLUGIN_CSI, PLUGIN_EMPTY_DIR, DesiredStateOfWorld
+from volfsm.errors import InvalidObjectError
 
 
 def only_pod(dsw: DesiredStateOfWorld, *objects: Mapping[str, Any]) -> PodAdded:
@@ -168,3 +171,22 @@ def test_objects_in_a_kind_list() -> None:
     listed = {"apiVersion": "v1", "kind": "List", "items": [pv(), pvc(), pod()]}
     [vol] = only_pod(dsw, listed).volumes
     assert vol.claim_name == "data"
+
+
+def test_claim_status_capacity_is_carried_with_the_volume() -> None:
+    claim = pvc()
+    claim["status"]["capacity"] = {"storage": "512Mi"}
+    added = only_pod(DesiredStateOfWorld(can_serve), pv(storage="1Gi"), claim, pod())
+    [vol] = added.volumes
+    assert (vol.size_bytes, vol.claim_capacity_bytes) == (1 << 30, 512 << 20)
+    plain = only_pod(DesiredStateOfWorld(can_serve), pv(), pvc(), pod())
+    assert plain.volumes[0].claim_capacity_bytes is None  # the claim says nothing
+
+
+def test_a_malformed_claim_status_capacity_is_refused() -> None:
+    claim = pvc()
+    claim["status"]["capacity"] = {"storage": "lots"}
+    with pytest.raises(InvalidObjectError) as caught:
+        DesiredStateOfWorld(can_serve).plan_apply([pv(), claim, pod()])
+    assert "PersistentVolumeClaim default/data" in str(caught.value)
+    assert "status.capacity.storage" in str(caught.value)

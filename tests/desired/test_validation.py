@@ -402,3 +402,21 @@ def test_a_later_bad_object_does_not_let_earlier_objects_through(
     grown = pv(storage="5Gi")
     rejected(seeded, [grown, pod("x", uid="bad/uid", volumes=[])], "Pod default/x: metadata.uid")
     assert seeded.desired_size("kubernetes.io/csi/hostpath.csi.example.com^vol-1") == 1024**3
+
+
+# ------------------------------------------------------------------ nodeName
+
+
+def test_a_pod_for_another_node_is_refused_and_one_without_a_node_accepted() -> None:
+    dsw = DesiredStateOfWorld(can_serve, node_name="node-1")
+    elsewhere = pod("web", uid="uid-web")
+    elsewhere["spec"]["nodeName"] = "node-2"
+    here = pod("db", uid="uid-db", volumes=[{"name": "a", "emptyDir": {}}])
+    here["spec"]["nodeName"] = "node-1"
+    anywhere = pod("tmp", uid="uid-tmp", volumes=[{"name": "a", "emptyDir": {}}])
+
+    message = rejected(dsw, [pv(), pvc(), here, elsewhere], "Pod default/web: spec.nodeName")
+    assert message == 'Pod default/web: spec.nodeName: "node-2" is not this node ("node-1")'
+    assert dsw.pods == {}
+    assert len(dsw.plan_apply([here, anywhere]).changes) == 2
+    assert len(DesiredStateOfWorld(can_serve).plan_apply([elsewhere, pv(), pvc()]).changes) == 1

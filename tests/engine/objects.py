@@ -32,15 +32,23 @@ def pv(
 
 
 def pvc(
-    name: str, volume: str, *, namespace: str = "default", mode: str = "Filesystem"
+    name: str,
+    volume: str,
+    *,
+    namespace: str = "default",
+    mode: str = "Filesystem",
+    capacity: str | None = None,
 ) -> dict[str, Any]:
-    """A claim bound to PersistentVolume `volume`."""
+    """A claim bound to PersistentVolume `volume` (with status.capacity if given)."""
+    status: dict[str, Any] = {"phase": "Bound"}
+    if capacity is not None:
+        status["capacity"] = {"storage": capacity}
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"volumeName": volume, "volumeMode": mode},
-        "status": {"phase": "Bound"},
+        "status": status,
     }
 
 
@@ -79,10 +87,16 @@ def pod(
 
 
 def pv_set(
-    name: str, *, size: str = "1Gi", mode: str = "Filesystem", driver: str = DRIVER
+    name: str,
+    *,
+    size: str = "1Gi",
+    mode: str = "Filesystem",
+    driver: str = DRIVER,
+    claim_capacity: str | None = None,
 ) -> list[dict[str, Any]]:
-    """A PV and a claim of the same name bound to it."""
-    return [pv(name, size=size, mode=mode, driver=driver), pvc(name, name, mode=mode)]
+    """A PV and a claim of the same name bound to it (claim status.capacity if given)."""
+    claim = pvc(name, name, mode=mode, capacity=claim_capacity)
+    return [pv(name, size=size, mode=mode, driver=driver), claim]
 
 
 def volume_id_of(pv_name: str, driver: str = DRIVER) -> str:

@@ -100,7 +100,7 @@ async def test_a_symlink_planted_in_the_pod_dir_is_not_followed(
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     plugin = ScriptedPlugin()
-    # Planted after start: one found at start is an orphan, unlinked (never followed)
+    # Planted after start: one found at start is an orphan, kept and reported (never followed)
     # once the desired state is complete (tests/reconstruct).
     engine = await make_engine(plugin, catalog=catalog_of(plugin))
     (root / "pods/u1").mkdir(parents=True)

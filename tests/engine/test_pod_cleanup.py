@@ -8,6 +8,7 @@ entries and the index its spec.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from events.log import EventLog
@@ -16,11 +17,22 @@ from events.types import PodCleanedUp
 from projections.asw import fold
 from volfsm.cli import app
 from volfsm.desired.resolve import inline_csi_volume_id
+from volfsm.layout import RootLayout
+from volfsm.plugins.catalog import PluginCatalog
+from volfsm.plugins.emptydir import EmptyDirPlugin
 from volfsm.plugins.scripted import ScriptedPlugin, final
 
 from .conftest import EngineFactory
 from .helpers import eventually
-from .objects import DRIVER, claim_volume, inline_csi_volume, pod, pv_set, volume_id_of
+from .objects import (
+    DRIVER,
+    claim_volume,
+    empty_dir_volume,
+    inline_csi_volume,
+    pod,
+    pv_set,
+    volume_id_of,
+)
 
 V1 = volume_id_of("v1")
 
@@ -101,6 +113,41 @@ async def test_a_pod_whose_dir_cannot_be_removed_is_not_forgotten(
     stray.unlink()
     stray.parent.rmdir()
     stray.parent.parent.rmdir()
+
+
+async def test_files_volfsm_did_not_create_keep_a_deleted_pods_dir(
+    make_engine: EngineFactory, event_log: EventLog, root: Path
+) -> None:
+    # Arrange: a pod with emptyDirs volfsm created (data in them), and beside them files
+    # someone else wrote into the pod dir
+    catalog = PluginCatalog()
+    catalog.register(EmptyDirPlugin(RootLayout(root)))
+    engine = await make_engine(catalog=catalog)
+    volumes = (empty_dir_volume("disk"), empty_dir_volume("mem", medium="Memory"))
+    await engine.apply([pod("u1", *volumes)])
+    await engine.wait_pod("u1", "mounted", timeout=10)
+    pod_dir = root / "pods/u1"
+    (pod_dir / "volumes/kubernetes.io~empty-dir/disk/data").write_bytes(b"emptyDir data")
+    hosts, log_file = pod_dir / "etc-hosts", pod_dir / "containers/c1/0.log"
+    log_file.parent.mkdir(parents=True)
+    hosts.write_bytes(b"127.0.0.1 localhost\n")
+    log_file.write_bytes(b"\x00container log\n")
+
+    # Act
+    await engine.delete_pod(uid="u1")
+    await engine.wait_pod("u1", "unmounted", timeout=10)
+    await eventually(lambda: "u1" in engine.reconciler.pod_dir_failures, "the pod dir stays")
+
+    # Assert: the volumes (volfsm's) are gone with their data; the two files are not
+    assert hosts.read_bytes() == b"127.0.0.1 localhost\n"
+    assert log_file.read_bytes() == b"\x00container log\n"
+    assert sorted(os.listdir(pod_dir)) == ["containers", "etc-hosts"]
+    assert os.listdir(pod_dir / "containers") == ["c1"]
+    assert engine.reconciler.pod_dir_failures["u1"] == (
+        f"kept: {hosts}: a file volfsm did not create;"
+        f" kept: {log_file}: a file volfsm did not create"
+    )
+    assert cleaned_up(event_log, "u1") == []
 
 
 async def test_the_story_says_what_was_forgotten(

@@ -59,3 +59,21 @@ async def test_a_final_expansion_error_is_remembered_across_a_restart(
     assert plugin.calls("expand") == 1
     await second.apply([pv("v1", size="3Gi")])  # a new size is worth a new try
     await eventually(lambda: second.asw.devices[V1].size_bytes == 3 * GI, "grown")
+
+
+async def test_an_in_use_expansion_error_during_mount_is_remembered_across_a_restart(
+    make_engine: EngineFactory,
+) -> None:
+    plugin = ScriptedPlugin(device_mountable=True, expandable=True)
+    plugin.script("expand", final("FailedPrecondition", "volume in use"))
+    first = await make_engine(plugin)
+    claim = pv_set("v1", size="2Gi", claim_capacity="1Gi")
+    await first.apply([*claim, pod("u1", claim_volume("data", "v1"))])
+    await first.wait_pod("u1", "mounted", timeout=5)
+    await first.stop()
+
+    second = await make_engine(plugin)
+    assert second.generator.expand_in_use == {V1: 2 * GI}
+    await second.apply([*claim, pod("u2", claim_volume("data", "v1"))])  # objects: not logged
+    await second.wait_pod("u2", "mounted", timeout=5)
+    assert plugin.calls("expand") == 1  # kubelet would forget it and ask again

@@ -93,6 +93,17 @@ def create_volume(
     return resp.volume
 
 
+def expand_volume(clients: CsiClients, volume_id: str, size: int) -> int:
+    """ControllerExpandVolume (the external resizer's part); the new capacity in bytes."""
+    resp = clients.controller.ControllerExpandVolume(
+        csi_pb2.ControllerExpandVolumeRequest(
+            volume_id=volume_id, capacity_range=csi_pb2.CapacityRange(required_bytes=size)
+        ),
+        timeout=30,
+    )
+    return int(resp.capacity_bytes)
+
+
 def stage_volume(
     clients: CsiClients, volume_id: str, path: str, cap: Any | None = None, timeout: float = 30
 ) -> Any:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from volfsm.dirsonly import remove_pod_dir
 from volfsm.layout import (
-    PathInUseError,
     RootLayout,
     UnsafePathError,
     component_problem,
@@ -193,25 +193,26 @@ def test_remove_tree_and_remove_dir_remove_a_planted_final_symlink_as_a_link(
     assert not os.path.lexists(link)
 
 
-def test_remove_pod_dir_on_a_symlinked_pod_dir_removes_only_the_link(
+def test_remove_pod_dir_keeps_a_symlinked_pod_dir_and_follows_nothing(
     layout: RootLayout, outside: Path
 ) -> None:
     link = plant(layout, "pod", outside)
-    assert layout.remove_pod_dir("u") is True
-    assert not os.path.lexists(link)
+    result = remove_pod_dir(layout, "u")
+    assert [(k.path, k.what) for k in result.kept] == [(link, "a symlink")]
+    assert link.is_symlink()
 
 
 @pytest.mark.parametrize("level", ["volumes", "plugin", "volume"])
-def test_remove_pod_dir_refuses_a_link_left_under_volumes(
+def test_remove_pod_dir_keeps_a_link_left_under_volumes(
     layout: RootLayout, outside: Path, level: str
 ) -> None:
     link = plant(layout, level, outside)
-    with pytest.raises(PathInUseError, match="not torn down"):
-        layout.remove_pod_dir("u")
+    result = remove_pod_dir(layout, "u")
+    assert [(k.path, k.what) for k in result.kept] == [(link, "a symlink")]
     assert link.is_symlink()
 
 
 def test_remove_pod_dir_refuses_unsafe_uids(layout: RootLayout, outside: Path) -> None:
     for uid in ("..", "../outside", "/etc", ""):
         with pytest.raises(UnsafePathError):
-            layout.remove_pod_dir(uid)
+            remove_pod_dir(layout, uid)

@@ -117,45 +117,6 @@ def test_remove_dir_checks_stop_at_is_a_parent(layout: RootLayout) -> None:
         layout.remove_dir(volume, stop_at=volume)
 
 
-def test_remove_pod_dir_removes_a_torn_down_pod(layout: RootLayout) -> None:
-    layout.ensure_dir(layout.pod_volumes_dir("u") / ED)
-    layout.ensure_dir(layout.pod_volume_devices_dir("u", "kubernetes.io~csi"))
-    layout.ensure_dir(layout.pod_plugin_dir("u", ED, "vol"))
-    (layout.pod_plugin_dir("u", ED, "vol") / "ready").write_text("")
-    layout.ensure_dir(layout.pod_dir("u") / "containers" / "app")
-    (layout.pod_dir("u") / "etc-hosts").write_text("127.0.0.1 localhost\n")
-    assert layout.remove_pod_dir("u") is True
-    assert not layout.pod_dir("u").exists()
-    assert layout.remove_pod_dir("u") is False
-
-
-def test_remove_pod_dir_refuses_while_a_volume_is_mounted(
-    layout: RootLayout, janitor: Janitor
-) -> None:
-    volume = layout.ensure_dir(layout.pod_volume_dir("u", ED, "vol"))
-    mounts.mount_tmpfs(volume, 1 << 20)
-    (layout.pod_dir("u") / "etc-hosts").write_text("keep me")
-    with pytest.raises(PathInUseError, match="still mounted") as info:
-        layout.remove_pod_dir("u")
-    assert [m.mount_point for m in info.value.mounts] == [os.fspath(volume)]
-    assert (layout.pod_dir("u") / "etc-hosts").exists()
-
-
-@pytest.mark.parametrize(
-    "leftover", ["volumes/kubernetes.io~csi/pv/vol_data.json", "volumeDevices/kubernetes.io~csi/pv"]
-)
-def test_remove_pod_dir_refuses_files_left_in_volume_dirs(
-    layout: RootLayout, leftover: str
-) -> None:
-    path = layout.pod_dir("u") / leftover
-    layout.ensure_dir(path.parent)
-    path.write_text("{}")
-    with pytest.raises(PathInUseError, match="not torn down") as info:
-        layout.remove_pod_dir("u")
-    assert leftover in str(info.value)
-    assert path.exists()
-
-
 @pytest.mark.parametrize("kind", ["tmpfs", "bind on the same filesystem"])
 def test_a_mount_missed_by_the_precheck_is_still_not_crossed(
     layout: RootLayout, janitor: Janitor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from events.types import VolumeSource
 from tests.paths.nodekit import Janitor
 from volfsm import mounts
+from volfsm.dirsonly import remove_pod_dir
 from volfsm.layout import RootLayout
 from volfsm.plugins.base import BLOCK, FILESYSTEM, ErrorClass, PluginError, VolumeRequest
 from volfsm.plugins.emptydir import EmptyDirPlugin
@@ -108,7 +110,47 @@ async def test_tear_down_removes_the_dir_with_everything_the_pod_wrote(
     assert not layout.pod_plugin_dir(UID, ED, "cache").exists()
     assert (outside / "precious.txt").read_text().startswith("do not touch")
     await plugin.tear_down(req)  # idempotent
-    assert layout.remove_pod_dir(UID) is True
+    assert remove_pod_dir(layout, UID).removed > 0 and not layout.pod_dir(UID).exists()
+
+
+@pytest.mark.parametrize("medium", ["", "Memory"])
+async def test_keep_files_tear_down_removes_directories_and_keeps_every_file(
+    plugin: EmptyDirPlugin, layout: RootLayout, janitor: Janitor, outside: Path, medium: str
+) -> None:
+    # Arrange: a volume (the log never recorded creating it) holding files and empty dirs
+    req = request(plugin, source(medium, 1 << 20))
+    await plugin.set_up(req)
+    volume = layout.pod_volume_dir(UID, ED, "cache")
+    (volume / "empty" / "dirs").mkdir(parents=True)
+    (volume / "sub").mkdir()
+    (volume / "sub" / "data.bin").write_bytes(b"\x01\x02")
+    (volume / "link-out").symlink_to(outside / "precious.txt")
+
+    # Act
+    kept = await plugin.tear_down(replace(req, keep_files=True))
+
+    # Assert: every file there; the ready marker (the plugin's own) gone
+    assert (volume / "sub" / "data.bin").read_bytes() == b"\x01\x02"
+    assert (volume / "link-out").is_symlink()
+    assert not layout.pod_plugin_dir(UID, ED, "cache").exists()
+    assert kept is not None
+    if medium:  # a tmpfs holding a file stays mounted, whole
+        assert mounts.is_mount_point(volume) and (volume / "empty" / "dirs").is_dir()
+        assert kept.startswith(f"the tmpfs at {volume} stays mounted: it holds what the log")
+    else:
+        assert not (volume / "empty").exists()
+        assert f"kept: {volume}/sub/data.bin: a file the log did not create" in kept
+
+
+async def test_keep_files_tear_down_unmounts_an_empty_tmpfs(
+    plugin: EmptyDirPlugin, layout: RootLayout, janitor: Janitor
+) -> None:
+    req = request(plugin, source("Memory", 1 << 20))
+    await plugin.set_up(req)
+    volume = layout.pod_volume_dir(UID, ED, "cache")
+    (volume / "only" / "dirs").mkdir(parents=True)
+    assert await plugin.tear_down(replace(req, keep_files=True)) is None
+    assert not mounts.is_mount_point(volume) and not volume.exists()
 
 
 async def test_tear_down_of_a_volume_never_set_up_is_a_no_op(plugin: EmptyDirPlugin) -> None:

@@ -1,11 +1,13 @@
 """The unmount gate: nothing is unmounted or removed until the desired state is complete.
 
 Complete means told (`apply(..., complete=True)`, what `volfsm apply
---complete` sends) or the grace period after start has passed. Mounts run
-from the start.
+--complete` sends) or the grace period after start has passed, the latter
+only while the log knows what is on the node. Mounts run from the start.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
@@ -121,3 +123,38 @@ async def test_a_fresh_node_needs_no_gate_but_a_restarted_one_keeps_it(node: Nod
 
     second = await node.start(GATED)
     assert not second.desired_complete  # the log has history: wait to be told
+
+
+async def test_after_a_lost_log_the_grace_period_does_not_open_the_gate(node: Node) -> None:
+    # Arrange: a tmpfs pod mounted with data; the log goes
+    first = await node.start()
+    await first.apply([mem_pod("u1")])
+    await first.wait_pod("u1", "mounted", timeout=30)
+    mem = node.layout.pod_volume_dir("u1", EMPTY, "mem")
+    (mem / "data.txt").write_text("still needed")
+    await node.stop()
+    node.lose_log()
+
+    # Act: start with a short grace period; nobody re-applies the pod for several times it
+    engine = await node.start(with_grace(0.2))
+    status = engine.recovery_status()
+    started = asyncio.get_running_loop().time()
+    await eventually(
+        lambda: asyncio.get_running_loop().time() > started + 1.0 and engine.reconciler.passes > 10,
+        "five grace periods",
+    )
+
+    # Assert: the gate holds, says why, and the found volume is untouched
+    assert status["desired_gate"] == "until_told" and status["desired_grace_left_s"] is None
+    assert status["desired_wait_reason"] == (
+        "the log has no record of 1 volume entry found on the node (the log was lost or is"
+        " behind, or another tool wrote there)"
+    )
+    assert not engine.desired_complete
+    assert engine.asw.podvols[("u1", "mem")].state == "Uncertain"
+    assert mounts.find_mount(mem) is not None
+    assert (mem / "data.txt").read_text() == "still needed"
+
+    # Act / Assert: told, the found volume no pod wants goes
+    engine.set_desired_complete("told by the test")
+    await engine.wait_pod("u1", "unmounted", timeout=30)

@@ -65,16 +65,29 @@ async def test_orphans_are_listed_kept_until_complete_then_cleaned_once(node: No
     assert mounts.find_mount(paths["mounted unknown"]) is not None
     assert {o.status for o in report.orphans} == {"pending"}
 
-    # Complete: cleaned once, each recorded as an orphan_cleanup operation
+    # Complete: cleaned once, each recorded as an orphan_cleanup operation; the file in
+    # the unknown plugin's dir is not volfsm's: it stays, and so do its dir and pod dir
     engine.set_desired_complete("told by the test")
-    await eventually(lambda: all(o.status == "cleaned" for o in report.orphans), "cleaned")
-    assert not any(path.exists() for path in paths.values())
+    unknown = str(paths["unknown plugin"])
+    await eventually(lambda: all(o.status != "pending" for o in report.orphans), "cleaned")
+    assert {o.path: o.status for o in report.orphans} == {
+        str(path): "kept" if str(path) == unknown else "cleaned" for path in paths.values()
+    }
+    assert (paths["unknown plugin"] / "data.bin").read_bytes() == b"x" * 10
+    assert not any(path.exists() for name, path in paths.items() if name != "unknown plugin")
     assert not mounts.mounts_under(node.root)
-    await eventually(lambda: not (node.root / "pods").exists() or not any(
-        (node.root / "pods").iterdir()), "orphaned pod dirs removed")  # fmt: skip
+    await eventually(lambda: not (node.root / "pods/o2").exists(), "o2's pod dir removed")
+    await eventually(lambda: "o1" in engine.recovery_status()["pod_dir_failures"], "o1 stays")
+    assert engine.recovery_status()["pod_dir_failures"]["o1"] == (
+        f"kept: {unknown}/data.bin: a file volfsm did not create"
+    )
     assert not (node.root / "plugins/kubernetes.io/csi/drv.example").exists()
     bodies = orphan_records(node, "podvol/o1/bar")
-    assert [type(b) for b in bodies] == [OperationStarted, OperationSucceeded]
+    assert [type(b) for b in bodies] == [OperationStarted, OperationFailed]
+    kept = bodies[1]
+    assert isinstance(kept, OperationFailed)
+    assert (kept.code, kept.final) == ("KeptFiles", True)
+    assert kept.message == f"{unknown} stays: kept: {unknown}/data.bin: a file, not volfsm's"
     started = bodies[0]
     assert isinstance(started, OperationStarted)
     assert started.reason == (
@@ -86,19 +99,18 @@ async def test_orphans_are_listed_kept_until_complete_then_cleaned_once(node: No
         OperationStarted,
         OperationSucceeded,
     ]
-    assert engine.recovery_status()["pod_dir_failures"] == {}
     assert not [v for v in engine.volumes() if v.volume_id.startswith("orphan:")]
 
 
 async def test_a_failed_orphan_cleanup_is_recorded_with_its_reason(node: Node) -> None:
-    # Arrange: two orphans (a pod dir's, a plugin dir's) holding a file that cannot go
+    # Arrange: two orphans (a pod dir's, a plugin dir's) holding an empty dir that cannot go
+    # (its parent is immutable)
     stuck = node.root / "pods/o1/volumes/kubernetes.io~foo/bar"
     staging = node.root / "plugins/kubernetes.io/csi/drv.example/abc"
     for where in (stuck, staging):
-        where.mkdir(parents=True)
-        (where / "locked.bin").write_bytes(b"x")
-        node.make_immutable(where / "locked.bin")
-    locked = stuck / "locked.bin"
+        (where / "locked").mkdir(parents=True)
+        node.make_immutable(where)
+    locked = stuck / "locked"
 
     # Act
     engine = await node.start()  # the desired state is complete at once
@@ -114,18 +126,22 @@ async def test_a_failed_orphan_cleanup_is_recorded_with_its_reason(node: Node) -
     failed = bodies[1]
     assert isinstance(failed, OperationFailed)
     assert (failed.code, failed.final) == ("EPERM", True)
-    assert failed.message.startswith(f"{stuck} stays: ")
+    assert failed.message == f"{stuck} stays: {locked}: Operation not permitted"
     status = engine.recovery_status()
     await eventually(lambda: "o1" in engine.recovery_status()["pod_dir_failures"], "pod dir")
     status = engine.recovery_status()
-    assert "locked.bin is still there" in status["pod_dir_failures"]["o1"]
-    lines = recovery_lines(status)
-    assert lines[0].startswith(
-        f"orphan {stuck}: unknown volume plugin 'kubernetes.io/foo'; cleanup failed: "
+    assert status["pod_dir_failures"]["o1"] == (
+        f"kept: {locked}: cannot be removed: Operation not permitted"
     )
-    assert lines[1].startswith(f"orphan {staging}: {staging}/vol_data.json is missing; cleanup")
-    assert lines[2].startswith("pod dir o1 stays: ")
-    assert locked.exists() and (staging / "locked.bin").exists()
+    lines = recovery_lines(status)
+    assert lines[0] == (
+        f"orphan {stuck}: unknown volume plugin 'kubernetes.io/foo'; cleanup failed:"
+        f" {locked}: Operation not permitted"
+    )
+    assert lines[1] == f"  kept: {locked}: cannot be removed: Operation not permitted"
+    assert lines[2].startswith(f"orphan {staging}: {staging}/vol_data.json is missing; cleanup")
+    assert lines[4].startswith("pod dir o1 stays: ")
+    assert locked.is_dir() and (staging / "locked").is_dir()
     [shown] = [v for v in engine.volumes() if v.volume_id.startswith("orphan:")]
     assert shown.volume_id == "orphan:plugins/kubernetes.io/csi/drv.example/abc"
     assert shown.last_error is not None and shown.last_error.code == "EPERM"

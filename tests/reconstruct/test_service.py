@@ -79,7 +79,8 @@ def http_get(port: int, path: str) -> tuple[int, str]:
 async def test_readyz_waits_for_reconstruction(
     tmp_path: Path, nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Arrange: junk on the node (one orphan); reconstruction held back until released
+    # Arrange: junk on the node (one orphan) in a root dir volfsm never marked, so adopted;
+    # reconstruction held back until released
     root = tmp_path / "root"
     (root / "pods/o1/volumes/kubernetes.io~foo/bar").mkdir(parents=True)
     release = asyncio.Event()
@@ -101,6 +102,7 @@ async def test_readyz_waits_for_reconstruction(
             "nats": nats_server.url,
             "http": f"127.0.0.1:{port}",
             "desired_grace": 600,
+            "adopt_root_dir": True,
         },
         environ={},
     )
@@ -122,13 +124,20 @@ async def test_readyz_waits_for_reconstruction(
             while not service.ready:
                 await asyncio.sleep(0.02)
 
-        # Assert: ready, with the counts, and the gate still closed
+        # Assert: ready, with the counts, and the gate closed until told (an adopted root)
         status, body = await asyncio.to_thread(http_get, port, "/readyz")
         assert status == 200, body
         assert "[+] reconstruction done (0 uncertain, 1 orphans)\n" in body
-        assert "[i] desired state not complete: no unmounts yet; grace ends in " in body
+        assert (
+            "[i] desired state not complete: the root dir was adopted (--adopt-root-dir): "
+        ) in body
+        assert (
+            ": no unmounts until `volfsm apply -f DIR --complete`; the grace timer does not apply"
+        ) in body
         status_fields = service.status()
         assert status_fields["desired_complete"] is False
+        assert status_fields["desired_gate"] == "until_told"
+        assert status_fields["desired_grace_left_s"] is None
         [orphan] = status_fields["reconstruction"]["orphans"]
         assert orphan["status"] == "pending"
     finally:
@@ -194,7 +203,8 @@ def test_serve_after_a_lost_log_keeps_what_apply_complete_names_and_cleans_the_r
     out = cli("get", "pods", *where)
     found = f"uid gone (found on the node) mem is Uncertain: {REASON_FOUND}: {svc.root_dir}"
     assert found in out
-    assert "desired state not complete: nothing is unmounted yet" in out
+    assert "desired state not complete: the log was lost or replaced: " in out
+    assert "nothing is unmounted until `volfsm apply -f DIR --complete`" in out
 
     # Act: a malformed complete request is refused and changes nothing
     nc = SyncNats(svc.url)

@@ -213,3 +213,14 @@ def test_restore_from_stream_is_off_unless_asked(tmp_path: Path) -> None:
     env = {"VOLFSM_RESTORE_FROM_STREAM": "1"}
     assert settings_from(base, environ=env).restore_from_stream is True
     assert settings_from({**base, "restore_from_stream": True}, environ={}).restore_from_stream
+
+
+def test_adopt_root_dir_is_off_unless_asked(tmp_path: Path) -> None:
+    base = {"node": "n", "data_dir": str(tmp_path)}
+    assert settings_from(base, environ={}).adopt_root_dir is False
+    env = {"VOLFSM_ADOPT_ROOT_DIR": "true"}
+    assert settings_from(base, environ=env).adopt_root_dir is True
+    toml = tmp_path / "serve.toml"
+    toml.write_text("adopt_root_dir = true\n")
+    assert settings_from(base, config_file=toml, environ={}).adopt_root_dir is True
+    assert settings_from({**base, "adopt_root_dir": True}, environ={}).adopt_root_dir is True

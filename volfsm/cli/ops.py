@@ -29,6 +29,7 @@ from projections.textfmt import describe_error, describe_operation
 from volfsm.cli.common import DataDirOpt, Output, OutputOpt, fail
 from volfsm.desired.errors import LoadError
 from volfsm.desired.loader import load_objects
+from volfsm.gate import gate_text
 from volfsm.render import fmt_bytes, fmt_ts, print_json, print_line, print_table
 from volfsm.service.client import (
     DEFAULT_TIMEOUT_S,
@@ -256,13 +257,9 @@ def _header(reply: dict[str, Any]) -> str:
 def recovery_lines(reply: dict[str, Any]) -> list[str]:
     """What a restart left to know: the unmount gate, orphans, pod dirs that stay."""
     lines: list[str] = []
-    if reply.get("desired_complete") is False:
-        left = reply.get("desired_grace_left_s")
-        until = f" (grace ends in {left:.0f}s)" if isinstance(left, int | float) else ""
-        lines.append(
-            f"desired state not complete: nothing is unmounted yet{until};"
-            " `volfsm apply -f DIR --complete` ends the wait"
-        )
+    gate = gate_text(reply)
+    if gate:
+        lines.append(gate)
     report = reply.get("reconstruction") or {}
     for orphan in report.get("orphans") or []:
         status = orphan.get("status", "?")
@@ -270,6 +267,7 @@ def recovery_lines(reply: dict[str, Any]) -> list[str]:
         if orphan.get("error"):
             text += f": {orphan['error']}"
         lines.append(text)
+        lines.extend(f"  {kept}" for kept in orphan.get("stayed") or [])
     for uid, why in (reply.get("pod_dir_failures") or {}).items():
         lines.append(f"pod dir {uid} stays: {why}")
     return lines
@@ -311,6 +309,8 @@ def print_pods(reply: dict[str, Any]) -> None:
         for vol in pod.get("volumes") or []:
             if vol.get("state") == "Uncertain" and vol.get("reason"):
                 print_line(f"{_pod_name(pod)} {vol.get('name')} is Uncertain: {vol['reason']}")
+            if vol.get("waiting"):
+                print_line(f"{_pod_name(pod)} {vol.get('name')} waiting: {vol['waiting']}")
     for line in recovery_lines(reply):
         print_line(line)
 
@@ -362,7 +362,7 @@ def apply(
             "--complete",
             help="These objects are the node's whole desired state: delete the pods they do "
             "not name, then let unmounts start (after a restart nothing is unmounted until "
-            "this, or the service's --desired-grace).",
+            "this, or the service's --desired-grace if its log is intact).",
         ),
     ] = False,
     output: OutputOpt = Output.table,
@@ -492,6 +492,8 @@ def explain_wait(items: list[dict[str, Any]], for_: WaitFor) -> str:
             why = describe_err(vol.get("last_error"))
             retry = describe_retry(vol.get("next_retry_us"))
             text = f"volume {vol.get('name')} is {state}"
+            if vol.get("waiting"):
+                text += f"; waiting: {vol['waiting']}"
             if why:
                 text += f"; last error {why}"
             if retry:

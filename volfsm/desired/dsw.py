@@ -68,8 +68,10 @@ class DswSnapshot(msgspec.Struct, array_like=True, frozen=True):
 class DesiredStateOfWorld:
     """Pods and their volumes as recorded, plus the PVs/PVCs applied so far."""
 
-    def __init__(self, can_serve: CanServe) -> None:
+    def __init__(self, can_serve: CanServe, node_name: str = "") -> None:
         self.can_serve = can_serve
+        self.node_name = node_name
+        """This node: pods whose spec.nodeName names another one are refused ("" takes all)."""
         self.pods: dict[str, PodAdded] = {}
         self.generation = 0
         """Bumped by every observed change: a cheap "did anything change" for callers."""
@@ -92,10 +94,11 @@ class DesiredStateOfWorld:
     def plan_apply(self, objects: Sequence[Mapping[str, Any]]) -> ApplyPlan:
         """Validate every object and plan the events; mutates nothing.
 
-        Raises InvalidObjectError naming the object and field. Applying
-        objects that change nothing gives a plan without changes.
+        Raises InvalidObjectError naming the object and field (a pod for
+        another node than `node_name` too). Applying objects that change
+        nothing gives a plan without changes.
         """
-        return plan_apply(objects, self, self.can_serve)
+        return plan_apply(objects, self, self.can_serve, self.node_name)
 
     def commit_objects(self, plan: ApplyPlan) -> None:
         """Remember the plan's PVs and PVCs (after its changes were recorded)."""

@@ -141,9 +141,10 @@ class PersistentVolumeClaimSpec(_K8s, frozen=True, kw_only=True):
 
 
 class PersistentVolumeClaimStatus(_K8s, frozen=True, kw_only=True):
-    """status of a claim: only the phase is read."""
+    """status of a claim: the phase and the capacity (the size the node last expanded to)."""
 
     phase: str = ""
+    capacity: ResourceList | None = None
 
 
 class PersistentVolumeClaim(_K8s, frozen=True, kw_only=True):

@@ -32,7 +32,13 @@ from volfsm.desired.resolve import (
     resolve_pod,
     spec_fingerprint,
 )
-from volfsm.desired.validate import pv_size_bytes, validate_pod, validate_pv, validate_pvc
+from volfsm.desired.validate import (
+    check_pod_node,
+    pv_size_bytes,
+    validate_pod,
+    validate_pv,
+    validate_pvc,
+)
 
 _T = TypeVar("_T")
 
@@ -161,17 +167,22 @@ class _Batch:
 
 
 def plan_apply(
-    objects: Sequence[Mapping[str, Any]], view: DesiredView, can_serve: CanServe
+    objects: Sequence[Mapping[str, Any]],
+    view: DesiredView,
+    can_serve: CanServe,
+    node_name: str = "",
 ) -> ApplyPlan:
     """Validate every object, then plan the events. Raises InvalidObjectError; pure.
 
-    Changes come in this order: pods replaced by a new uid are removed, then
-    volumes that grew get their DesiredSizeChanged, then new pods are added.
+    A pod whose spec.nodeName names another node than `node_name` is
+    refused ("" accepts every pod). Changes come in this order: pods
+    replaced by a new uid are removed, then volumes that grew get their
+    DesiredSizeChanged, then new pods are added.
     """
     batch = _Batch(view)
     for where, raw in flatten(objects):
         obj = decode_object(raw, where)
-        _attributed(obj, _validate_alone, obj)
+        _attributed(obj, _validate_alone, obj, node_name)
         batch.add(where, obj)
     for pv in batch.pvs.values():
         _attributed(pv, _check_pv, pv, view, can_serve)
@@ -205,13 +216,14 @@ def _attributed(obj: KubeObject, fn: Callable[..., _T], *args: Any) -> _T:
         raise exc.within(obj.label) from None
 
 
-def _validate_alone(obj: KubeObject) -> None:
+def _validate_alone(obj: KubeObject, node_name: str) -> None:
     if isinstance(obj, PersistentVolume):
         validate_pv(obj)
     elif isinstance(obj, PersistentVolumeClaim):
         validate_pvc(obj)
     else:
         validate_pod(obj)
+        check_pod_node(obj, node_name)
 
 
 def _action(old: KubeObject | None, new: KubeObject) -> str:

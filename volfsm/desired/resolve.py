@@ -21,7 +21,7 @@ from volfsm.desired.objects import (
     SecretReference,
     Volume,
 )
-from volfsm.desired.validate import parse_size, pv_size_bytes
+from volfsm.desired.validate import claim_capacity_bytes, parse_size, pv_size_bytes
 
 PLUGIN_CSI = "kubernetes.io/csi"
 PLUGIN_EMPTY_DIR = "kubernetes.io/empty-dir"
@@ -153,6 +153,7 @@ def _resolve_claim(
         size_bytes=pv_size_bytes(pv),
         read_only=src.read_only or pv.spec.csi.read_only,
         claim_read_only=src.read_only,
+        claim_capacity_bytes=claim_capacity_bytes(pvc),
     )
 
 

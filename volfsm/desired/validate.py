@@ -7,6 +7,8 @@ the planner attributes it to the object. Checks that need other objects
 
 from __future__ import annotations
 
+import json
+
 from volfsm.desired.errors import InvalidObjectError
 from volfsm.desired.names import (
     csi_driver_problem,
@@ -78,6 +80,15 @@ def validate_pvc(pvc: PersistentVolumeClaim) -> None:
     requests = pvc.spec.resources.requests if pvc.spec.resources else None
     if requests is not None and requests.storage is not None:
         parse_size("spec.resources.requests.storage", requests.storage)
+    claim_capacity_bytes(pvc)
+
+
+def claim_capacity_bytes(pvc: PersistentVolumeClaim) -> int | None:
+    """status.capacity.storage of a claim in bytes; None if the claim has none."""
+    capacity = pvc.status.capacity if pvc.status is not None else None
+    if capacity is None or capacity.storage is None:
+        return None
+    return parse_size("status.capacity.storage", capacity.storage)
 
 
 def validate_pod(pod: Pod) -> None:
@@ -105,3 +116,17 @@ def validate_pod(pod: Pod) -> None:
             check(f"{path}.csi.driver", csi_driver_problem(volume.csi.driver))
         elif volume.empty_dir is not None and volume.empty_dir.size_limit is not None:
             parse_size(f"{path}.emptyDir.sizeLimit", volume.empty_dir.size_limit)
+
+
+def check_pod_node(pod: Pod, node_name: str) -> None:
+    """A pod bound to another node (spec.nodeName) is not this node's to mount.
+
+    No nodeName, or no node name known here, accepts the pod: volfsm is the
+    node it was sent to.
+    """
+    wanted = pod.spec.node_name
+    if node_name and wanted and wanted != node_name:
+        raise InvalidObjectError(
+            "spec.nodeName",
+            f"{json.dumps(wanted)} is not this node ({json.dumps(node_name)})",
+        )

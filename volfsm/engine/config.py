@@ -51,8 +51,15 @@ class EngineConfig:
     desired_grace: float | None = None
     """Seconds after start after which the desired state counts as complete even if
     nobody said so; None waits until told. Only matters while `desired_complete` is
-    False (`volfsm serve` starts that way, with a 30 s grace by default).
+    False (`volfsm serve` starts that way, with a 30 s grace by default), and only
+    while the log can vouch for the node (see `log_lost`).
     """
+
+    log_lost: str = ""
+    """Why the log cannot vouch for what is on the node ("" if it can): it was lost or
+    replaced, or the root dir was adopted. Then the grace timer does not apply: only
+    `VolumeEngine.set_desired_complete()` (`volfsm apply --complete`) opens the gate.
+    Reconstruction finding volumes the log does not know has the same effect."""
 
     snapshots: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     """When engine-state snapshots are written and whether start uses them."""

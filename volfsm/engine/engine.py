@@ -52,6 +52,7 @@ from volfsm.engine.executor import Operation, OperationExecutor
 from volfsm.engine.index import EngineIndex
 from volfsm.engine.operations import (
     EXPAND_VOLUME,
+    FAILED_PRECONDITION,
     MAP_VOLUME,
     VOLUME_MOUNT,
     OperationGenerator,
@@ -117,6 +118,8 @@ def _explain(status: PodStatus | None, for_: str) -> str:
             continue
         err = vol.last_error
         why = f"; last error {err.operation} {err.code}: {err.message}" if err else ""
+        if vol.waiting:
+            why = f"; waiting: {vol.waiting}{why}"
         parts.append(f"{vol.name} is {vol.state}{why}")
     if for_ == "unmounted" and status.desired:
         parts.insert(0, "the pod is still desired")
@@ -171,7 +174,7 @@ class VolumeEngine:
         self.plugins = plugins
         self.handler = CommandHandler(log)
         self.asw = Asw()
-        self.dsw = DesiredStateOfWorld(plugins.can_serve)
+        self.dsw = DesiredStateOfWorld(plugins.can_serve, node_name=log.node)
         self.index = EngineIndex(self.dsw)
         cfg = self.config
         self.pending = NestedPendingOperations(
@@ -216,6 +219,7 @@ class VolumeEngine:
             registry=self.reconciler,
         )
         self.reconciler.orphan_cleanup = self.reconstructor.start_orphan_cleanup
+        self.reconstructor.on_found = self._found_unknown
         self._waiters: dict[str, list[_Waiter]] = {}
         self._change_lock = asyncio.Lock()
         self._loop_task: asyncio.Task[None] | None = None
@@ -245,6 +249,15 @@ class VolumeEngine:
         loop = asyncio.get_running_loop()
         self.reconciler.start_grace(loop)
         self._loop_task = loop.create_task(self.reconciler.run(), name="volfsm-reconciler")
+
+    def _found_unknown(self, count: int) -> None:
+        """Reconstruction found volumes the log has no record of: the log was lost or is
+        behind (or another tool wrote into the root dir); only being told opens the gate now."""
+        entries = "entry" if count == 1 else "entries"
+        self.reconciler.hold_until_told(
+            f"the log has no record of {count} volume {entries} found on the node"
+            " (the log was lost or is behind, or another tool wrote there)"
+        )
 
     def _node_was_empty(self) -> bool:
         """Reconstruction ran cleanly and found nothing on the node."""
@@ -298,6 +311,8 @@ class VolumeEngine:
                 want = self.dsw.desired_size(vid)
                 if want is not None:
                     self.reconciler.expand_failed[vid] = want
+                    if op.code == FAILED_PRECONDITION:  # in use: not tried again on this node
+                        self.generator.expand_in_use[vid] = want
             if op.retry_at_us is not None and op.retry_at_us > now_us:
                 self._restore_one(vid, "", op, now + (op.retry_at_us - now_us) / 1e6)
 
@@ -438,6 +453,8 @@ class VolumeEngine:
             "desired_complete": reconciler.desired_complete,
             "desired_complete_reason": reconciler.complete_reason,
             "desired_grace_left_s": round(left, 3) if left is not None else None,
+            "desired_gate": reconciler.gate,
+            "desired_wait_reason": "" if reconciler.desired_complete else reconciler.until_told,
             "pod_dir_failures": dict(reconciler.pod_dir_failures),
         }
 
@@ -573,14 +590,22 @@ class VolumeEngine:
         spec = self.index.pod_spec(uid)
         if spec is None:
             return None
-        names = {dv.name: dv.volume_id for dv in spec.volumes}
+        specs = {dv.name: dv for dv in spec.volumes}
         volumes = []
-        for name, vid in names.items():
+        for name, dv in specs.items():
+            vid = dv.volume_id
             pv = self.asw.podvols.get((uid, name))
+            waiting = ""
+            if desired is not None and (pv is None or pv.state == UNMOUNTED):
+                waiting = self.reconciler.rwop.wait_reason(uid, dv)
             if pv is None:
                 volumes.append(
                     PodVolumeStatus(
-                        name=name, volume_id=vid, state=UNMOUNTED, desired=desired is not None
+                        name=name,
+                        volume_id=vid,
+                        state=UNMOUNTED,
+                        desired=desired is not None,
+                        waiting=waiting,
                     )
                 )
                 continue
@@ -593,6 +618,7 @@ class VolumeEngine:
                     since_us=pv.since_us,
                     mount_path=pv.mount_path,
                     reason=pv.reason,
+                    waiting=waiting,
                     reconstructed=pv.reconstructed,
                     last_operation=operation_status(pv.last_operation),
                     last_error=operation_status(pv.last_error),

@@ -119,12 +119,16 @@ class OperationExecutor:
         except (AlreadyPendingError, ExponentialBackoffError):
             self.refused += 1
             return False
-        op.op_id = f"{self._id_prefix}-{next(self._ids)}"
+        op.op_id = self.new_op_id()
         task = asyncio.get_running_loop().create_task(self._run(op, key), name=op.op_id)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         self.started += 1
         return True
+
+    def new_op_id(self) -> str:
+        """A fresh operation id (also for the records of a step inside an operation)."""
+        return f"{self._id_prefix}-{next(self._ids)}"
 
     # --------------------------------------------------------------- running
 

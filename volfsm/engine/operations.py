@@ -24,8 +24,10 @@ call) locks the whole volume too.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import stat
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -41,6 +43,9 @@ from events.types import (
     DeviceMounted,
     DeviceMountUncertain,
     DeviceUnmounted,
+    OperationFailed,
+    OperationStarted,
+    OperationSucceeded,
     VolumeMounted,
     VolumeMountUncertain,
     VolumeResized,
@@ -49,6 +54,8 @@ from events.types import (
 )
 from projections.asw import Asw
 from volfsm import blockmap, faultpoints, mounts
+from volfsm.desired.quantity import format_bytes
+from volfsm.dirsonly import remove_dirs
 from volfsm.engine.executor import Operation, OperationExecutor
 from volfsm.engine.pending import EMPTY_POD
 from volfsm.errors import IllegalTransitionError, VolfsmError
@@ -67,6 +74,13 @@ MARK_DETACHED = "mark_detached"
 ADOPT_RECONSTRUCTED = "adopt_reconstructed"
 
 SUBPATHS_DIR = "volume-subpaths"
+
+FAILED_PRECONDITION = "FailedPrecondition"
+"""The driver's "volume in use": node expansion is not tried again on this node."""
+FS_RESIZE_FAILED = "FileSystemResizeFailed"
+"""Kubelet's warning reason: a read-only volume is not expanded during mount."""
+
+log = logging.getLogger(__name__)
 
 
 class SizeSource(Protocol):
@@ -142,6 +156,21 @@ class OperationGenerator:
         self.layout = layout
         self.executor = executor
         self.wait_for_attach_timeout = wait_for_attach_timeout
+        self.found_on_node: set[tuple[str, str]] = set()
+        """(pod uid, volume name) of pod-volumes the log never recorded creating (found on
+        the node by reconstruction, never mounted since): their teardown keeps files."""
+        self.expand_failed: dict[str, int] = {}
+        """volume_id -> the size whose node expansion failed with a final error.
+
+        Online expansion is not retried until the size changes (the reconciler
+        reads this dict); expansion during mount is, unless `expand_in_use`.
+        """
+        self.expand_in_use: dict[str, int] = {}
+        """volume_id -> the size the driver refused to expand with FAILED_PRECONDITION.
+
+        Kubelet's MarkForInUseExpansionError: neither online nor during mount is
+        that size tried again on this node (until the volume is detached).
+        """
 
     # ------------------------------------------------------------- builders
 
@@ -302,6 +331,8 @@ class OperationGenerator:
                 reconstructed=True,
             )
             await self._fire_podvol(pod_uid, dv.name, "mark_uncertain", body)
+            if (pod_uid, found_name) in self.found_on_node:
+                self.found_on_node.add((pod_uid, dv.name))
         handed = VolumeUnmounted(
             volume_id=old.volume_id or dv.volume_id,
             pod_uid=pod_uid,
@@ -465,7 +496,9 @@ class OperationGenerator:
     # ------------------------------------------------------------------ mount
 
     async def _mount(self, pod_uid: str, dv: DesiredVolume, plugin: VolumePlugin) -> None:
-        """Wait for attach -> attach -> stage unless staged -> publish (-> map) -> expand."""
+        """Wait for attach -> attach -> stage unless staged (-> expand) -> publish (-> map)
+        -> expand unless done after the stage -> Mounted."""
+        self.found_on_node.discard((pod_uid, dv.name))  # mounted for a desired pod: volfsm's
         vid = dv.volume_id
         block = dv.volume_mode == BLOCK
         req = self._request(dv, plugin, pod_uid)
@@ -477,7 +510,10 @@ class OperationGenerator:
             attach_path = await self._wait_for_attach(plugin, req)
         await self._ensure_attached(dv, plugin, attachable, attach_path)
         req = replace(req, device_path=attach_path or req.device_path)
-        device_path = await self._stage(dv, plugin, req, block)
+        device_path, staged = await self._stage(dv, plugin, req, block)
+        expansion_done = False
+        if staged and not block:
+            expansion_done = await self._expand_during_mount(pod_uid, dv, plugin, req, staged=True)
         try:
             result = await self.executor.call_plugin(
                 "MapPodDevice" if block else "SetUp", lambda: plugin.set_up(req)
@@ -489,7 +525,8 @@ class OperationGenerator:
             await self._map_block(
                 pod_uid, dv, req, result.device_path or result.path or device_path
             )
-        await self._expand_during_mount(pod_uid, dv, plugin, req)
+        if not expansion_done:
+            await self._expand_during_mount(pod_uid, dv, plugin, req, staged=False)
         body = VolumeMounted(
             volume_id=vid,
             pod_uid=pod_uid,
@@ -527,25 +564,37 @@ class OperationGenerator:
                 # have attached the volume first, which is just as good.
                 if self._device_state(vid) == DETACHED:
                     raise
+        await self._initialize_size(dv, plugin)
+
+    async def _initialize_size(self, dv: DesiredVolume, plugin: VolumePlugin) -> None:
+        """Kubelet's InitializeClaimSize: the size the volume has, if none is recorded yet.
+
+        The claim's status.capacity says it; a claim without one is taken as
+        the binder leaves it: at the PV's capacity.
+        """
+        vid = dv.volume_id
         dev = self.asw.devices.get(vid)
+        size = _claimed_size(dv)
         if (
             dev is not None
             and dev.size_bytes is None
-            and dv.size_bytes is not None
+            and size is not None
             and plugin.supports_expansion(dv.source)
         ):
-            await self._fire_device(
-                vid, "resize", VolumeResized(volume_id=vid, size_bytes=dv.size_bytes)
-            )
+            await self._fire_device(vid, "resize", VolumeResized(volume_id=vid, size_bytes=size))
 
     async def _stage(
         self, dv: DesiredVolume, plugin: VolumePlugin, req: VolumeRequest, block: bool
-    ) -> str:
-        """MountDevice / SetUpDevice unless globally mounted; the device path to map (block)."""
+    ) -> tuple[str, bool]:
+        """MountDevice / SetUpDevice unless globally mounted.
+
+        Returns the device path to map (block) and whether the plugin staged
+        the volume now (then a filesystem is expanded right after, if need be).
+        """
         vid = dv.volume_id
         device_path = req.device_path
         if self._device_state(vid) == GLOBALLY_MOUNTED:
-            return device_path
+            return device_path, False
         if plugin.is_device_mountable(dv.source):
             try:
                 result = await self.executor.call_plugin(
@@ -556,17 +605,18 @@ class OperationGenerator:
                 raise
             device_path = result.device_path or device_path
             mount_found = result.mount_found
+            staged = plugin.stages(req)
         elif not block:
-            return device_path
+            return device_path, False
         else:
-            mount_found = None
+            mount_found, staged = None, False
         body = DeviceMounted(
             volume_id=vid,
             device_mount_path=str(req.device_mount_path or ""),
             mount_found=mount_found,
         )
         await self._fire_device(vid, "mount_device", body)
-        return device_path
+        return device_path, staged
 
     async def _map_block(
         self, pod_uid: str, dv: DesiredVolume, req: VolumeRequest, device_path: str
@@ -582,46 +632,149 @@ class OperationGenerator:
             await self._volume_error(pod_uid, dv, err)
             raise err from None
 
+    def _mount_expansion_need(
+        self, dv: DesiredVolume, plugin: VolumePlugin
+    ) -> tuple[int, str] | None:
+        """(size to expand to, why) if the volume is smaller than its PV; None if it is not.
+
+        Kubelet expands during mount when the claim's status.capacity is
+        below the PV's capacity. volfsm cannot write the claim's status
+        afterwards; the size it records for the device stands in for it, so
+        the larger of the two is the size the volume has.
+        """
+        want = self.sizes.desired_size(dv.volume_id) or dv.size_bytes
+        if want is None or not plugin.supports_expansion(dv.source):
+            return None
+        dev = self.asw.devices.get(dv.volume_id)
+        recorded = dev.size_bytes if dev is not None else None
+        if recorded is None:
+            recorded = _claimed_size(dv)
+        claim = dv.claim_capacity_bytes
+        known = max(recorded or 0, claim or 0)
+        if known >= want:
+            return None
+        pv = format_bytes(want)
+        if claim is not None and claim == known:
+            return want, f"claim status {format_bytes(claim)} < PV {pv}"
+        return want, f"the volume has {format_bytes(known)} on this node < PV {pv}"
+
     async def _expand_during_mount(
-        self, pod_uid: str, dv: DesiredVolume, plugin: VolumePlugin, req: VolumeRequest
-    ) -> None:
-        """Node expansion right after publish when pods want more than the recorded size."""
+        self,
+        pod_uid: str,
+        dv: DesiredVolume,
+        plugin: VolumePlugin,
+        pod_req: VolumeRequest,
+        *,
+        staged: bool,
+    ) -> bool:
+        """NodeExpandVolume after the stage (`staged`) or the publish, if the volume needs it.
+
+        Kubelet's rules: a read-only volume is not expanded (a warning; the
+        mount goes on); FAILED_PRECONDITION is remembered as an in-use error
+        and the mount goes on; any other error fails the mount, leaving the
+        device (after the stage) or the pod volume (after the publish)
+        Uncertain, so the retry stages / publishes and expands again. The
+        call is recorded as its own `volume_fs_resize` operation on the
+        device stream. Returns whether expansion was dealt with (False: not
+        needed).
+        """
+        need = self._mount_expansion_need(dv, plugin)
+        if need is None:
+            return False
+        want, why = need
         vid = dv.volume_id
-        want = self.sizes.desired_size(vid)
-        dev = self.asw.devices.get(vid)
-        if want is None or dev is None or dev.size_bytes is None or want <= dev.size_bytes:
-            return
-        if not plugin.supports_expansion(dv.source):
-            return
+        if self.expand_in_use.get(vid) == want:
+            return True
+        req = replace(self._request(dv, plugin) if staged else pod_req, size_bytes=want)
+        where = "after stage" if staged else "after publish"
+        op_id = self.executor.new_op_id()
+        stream = device_stream(vid)
+        started = OperationStarted(
+            op_id=op_id,
+            operation=EXPAND_VOLUME,
+            volume_id=vid,
+            pod_uid=pod_uid,
+            plugin=plugin_label(plugin, dv),
+            reason=f"expand during mount ({where}): {why}",
+        )
+        await self._record(stream, started)
+        begun = time.monotonic()
         try:
+            if dv.read_only:
+                raise PluginError(
+                    FS_RESIZE_FAILED,
+                    "requested read-only file system: not expanded; the mount goes on",
+                    ErrorClass.FINAL,
+                )
             await self.executor.call_plugin("NodeExpandVolume", lambda: plugin.expand(req, want))
         except PluginError as exc:
-            reason = f"expansion during mount failed ({exc.code}: {exc.message})"
-            if self._podvol_state(pod_uid, dv.name) != UNCERTAIN:
-                body = VolumeMountUncertain(
-                    volume_id=vid, pod_uid=pod_uid, volume_name=dv.name, reason=reason
-                )
-                await self._fire_podvol(pod_uid, dv.name, "mark_uncertain", body)
-            raise
+            await self._record(stream, _expand_failed(op_id, exc, time.monotonic() - begun))
+            if exc.final:
+                self.expand_failed[vid] = want
+            if exc.code == FS_RESIZE_FAILED:
+                log.warning("volume %s of pod %s: %s (%s)", dv.name, pod_uid, exc.message, why)
+                return True
+            if exc.code == FAILED_PRECONDITION:
+                self.expand_in_use[vid] = want
+                return True
+            await self._expansion_uncertain(pod_uid, dv, req, exc, staged=staged)
+            raise PluginError(
+                exc.code, f"NodeExpandVolume during mount failed: {exc.message}", exc.error_class
+            ) from None
         # Like kubelet (MarkVolumeAsResized with the PV's size), record the size asked
         # for: a driver reporting less (rounding, or 0 for unknown) would otherwise
         # be asked again and again.
         await self._fire_device(vid, "resize", VolumeResized(volume_id=vid, size_bytes=want))
+        duration = round(time.monotonic() - begun, 6)
+        done = OperationSucceeded(op_id=op_id, operation=EXPAND_VOLUME, duration_s=duration)
+        await self._record(stream, done)
+        self.expand_failed.pop(vid, None)
+        self.expand_in_use.pop(vid, None)
+        return True
+
+    async def _expansion_uncertain(
+        self, pod_uid: str, dv: DesiredVolume, req: VolumeRequest, exc: PluginError, *, staged: bool
+    ) -> None:
+        """After a failed expansion during mount: what was set up may not be used as it is."""
+        if staged:
+            reason = (
+                f"expansion after stage failed ({exc.code}: {exc.message}): the next mount"
+                " stages and expands again"
+            )
+            await self._mark_device_uncertain(dv.volume_id, reason, req.device_mount_path)
+        else:
+            reason = f"expansion during mount failed ({exc.code}: {exc.message})"
+            await self._mark_volume_uncertain(pod_uid, dv, reason)
+
+    async def _record(self, stream: str, body: Body) -> None:
+        """Append an operation record of a step inside an operation (see the executor's)."""
+        await self.handler.record_async(stream, [body])
+        faultpoints.hit("append.after", type(body).__name__)
 
     # ---------------------------------------------------------------- unmount
 
     async def _unmount(self, pod_uid: str, dv: DesiredVolume, plugin: VolumePlugin) -> None:
-        """Clean subpaths -> TearDown (failure: Uncertain) -> Unmounted."""
+        """Clean subpaths -> TearDown (failure: Uncertain) -> Unmounted.
+
+        A volume the log never recorded creating (`found_on_node`) is torn
+        down with `keep_files`: what the plugin kept is said in the reason.
+        """
         req = self._request(dv, plugin, pod_uid, teardown=True)
+        key = (pod_uid, dv.name)
+        if key in self.found_on_node:
+            req = replace(req, keep_files=True)
         await self._clean_subpaths(pod_uid, dv.name)
         try:
-            await self.executor.call_plugin("TearDown", lambda: plugin.tear_down(req))
+            kept = await self.executor.call_plugin("TearDown", lambda: plugin.tear_down(req))
         except PluginError as exc:
             if exc.error_class is not ErrorClass.TRANSIENT:
                 reason = f"teardown failed ({exc.code}: {exc.message})"
                 await self._mark_volume_uncertain(pod_uid, dv, reason)
             raise
-        await self._unmounted(pod_uid, dv, "unpublished")
+        if kept:
+            log.warning("pod %s volume %s torn down; %s", pod_uid, dv.name, kept)
+        await self._unmounted(pod_uid, dv, f"unpublished; {kept}" if kept else "unpublished")
+        self.found_on_node.discard(key)
 
     async def _unmounted(self, pod_uid: str, dv: DesiredVolume, reason: str) -> None:
         body = VolumeUnmounted(
@@ -644,10 +797,12 @@ class OperationGenerator:
             raise _transient("SubpathCleanupFailed", str(exc)) from None
 
     def _clean_subpaths_sync(self, path: Path) -> None:
+        """Unmount, then remove the directories: volfsm creates no subpath, so a file
+        there is not its own (it stays, and the pod dir with it, reported at its cleanup)."""
         for info in mounts.mounts_under(path):
             mounts.umount(info.mount_point)
-        self.layout.remove_tree(path)
-        self.layout.remove_dir(path.parent, stop_at=path.parent.parent)
+        if remove_dirs(self.layout, path).gone:
+            self.layout.remove_dir(path.parent, stop_at=path.parent.parent)
 
     async def _unmap(self, pod_uid: str, dv: DesiredVolume, plugin: VolumePlugin) -> None:
         """UnmapBlockVolume (fd lock, pod link, global bind) -> UnmapPodDevice -> Unmounted."""
@@ -756,11 +911,30 @@ class OperationGenerator:
         req = replace(req, size_bytes=size)
         await self.executor.call_plugin("NodeExpandVolume", lambda: plugin.expand(req, size))
         await self._fire_device(vid, "resize", VolumeResized(volume_id=vid, size_bytes=size))
+        self.expand_in_use.pop(vid, None)
 
     async def _mark_detached(self, volume_id: str) -> None:
         if self._device_state(volume_id) != ATTACHED or self.holders.holders_of(volume_id):
             return
         await self._fire_device(volume_id, "detach", DeviceDetached(volume_id=volume_id))
+        self.expand_in_use.pop(volume_id, None)  # kubelet: the record goes with the volume
+
+
+def _claimed_size(dv: DesiredVolume) -> int | None:
+    """The size the claim says the volume has: status.capacity, else the PV's capacity."""
+    return dv.claim_capacity_bytes if dv.claim_capacity_bytes is not None else dv.size_bytes
+
+
+def _expand_failed(op_id: str, exc: PluginError, duration: float) -> OperationFailed:
+    """The outcome record of a failed expansion during mount (no backoff of its own)."""
+    return OperationFailed(
+        op_id=op_id,
+        operation=EXPAND_VOLUME,
+        code=exc.code,
+        message=exc.message,
+        final=exc.final,
+        duration_s=round(duration, 6),
+    )
 
 
 def confined(root: Path, path: Path | str, *, link: bool = False) -> Path:
@@ -818,6 +992,8 @@ def _other_mount_refs(device_mount_path: Path) -> list[str]:
 __all__ = [
     "ADOPT_RECONSTRUCTED",
     "EXPAND_VOLUME",
+    "FAILED_PRECONDITION",
+    "FS_RESIZE_FAILED",
     "MAP_VOLUME",
     "MARK_DETACHED",
     "UNMAP_DEVICE",

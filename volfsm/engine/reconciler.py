@@ -6,16 +6,22 @@ operation keys are per volume):
 
 1. unmount pod-volumes (Mounted or Uncertain) no pod wants any more;
 2. mount / remount / map what is desired and not Mounted (the mount waits
-   for attach itself), and expand online what pods want bigger;
+   for attach itself; a ReadWriteOncePod volume another pod uses is not
+   mounted, see `volfsm.engine.rwop`), and expand online what pods want bigger;
 3. unstage / unmap devices no pod holds, no pod wants, and nothing is
    running on; mark the rest detached;
 4. once: orphan cleanup (`Reconstructor.start_orphan_cleanup`); and
-   removal of the directories of deleted pods whose volumes are all gone.
+   removal of the directories of deleted pods whose volumes are all gone
+   (directories only: a file volfsm did not create keeps the pod dir, reported
+   in `pod_dir_failures`).
 
 Phases 1, 3 and 4 wait for `desired_complete` (kubelet's readyToUnmount):
 until the desired state is known complete - the engine is told, or
 `EngineConfig.desired_grace` seconds pass after the loop starts - nothing
 is unmounted, unstaged, detached or removed; mounts run from the start.
+When the log cannot vouch for the node (`until_told`: the log was lost,
+the root dir adopted, or reconstruction found volumes the log does not
+know) the grace timer does not apply: only being told opens the gate.
 
 Entries reconstruction found on the node have no spec in the log; their
 specs (rebuilt from the node) are in `reconstructed` and
@@ -51,12 +57,15 @@ from events.streams import pod_stream
 from events.tables import ATTACHED, GLOBALLY_MOUNTED, MOUNTED, UNCERTAIN, UNMOUNTED
 from events.types import DesiredVolume, PodAdded, PodCleanedUp
 from projections.asw import Asw
+from volfsm.dirsonly import remove_pod_dir
 from volfsm.engine.config import EngineConfig
 from volfsm.engine.executor import Operation, OperationExecutor
 from volfsm.engine.index import HOLDING, EngineIndex
 from volfsm.engine.operations import EXPAND_VOLUME, OperationGenerator
 from volfsm.engine.pending import NestedPendingOperations
+from volfsm.engine.rwop import RwopGuard
 from volfsm.errors import VolfsmError
+from volfsm.gate import GATE_OPEN, GATE_UNTIL_TOLD, GATE_UNTIL_TOLD_OR_GRACE
 from volfsm.layout import RootLayout
 from volfsm.plugins.base import PluginError
 
@@ -98,6 +107,8 @@ REASON_MOUNT = "desired and not mounted"
 REASON_REMOUNT_UNCERTAIN = "desired and Uncertain: remount"
 REASON_REMOUNT = "remount requested"
 REASON_UNSTAGE = "no pod holds or wants the volume"
+KEPT_OWNER = " volfsm did not create"
+"""Said of each file a deleted pod's dir keeps: "kept: <path>: a file volfsm did not create"."""
 
 
 class Reconciler:
@@ -129,6 +140,12 @@ class Reconciler:
         self.grace_deadline: float | None = None
         """Loop time when the grace period ends (set when the loop starts, if it applies)."""
         self._grace: asyncio.TimerHandle | None = None
+        self.until_told = "" if config.desired_complete else config.log_lost
+        """Why only `set_desired_complete` may open the gate ("" while the grace timer may)."""
+        self.on_hold: Callable[[str], None] | None = None
+        """Called with the reasons when `hold_until_told` adds one (the service records it)."""
+        self.on_complete: Callable[[str], None] | None = None
+        """Called with the reason once the desired state is complete."""
         self.reconstructed: dict[tuple[str, str], DesiredVolume] = {}
         """Specs of pod-volumes reconstruction rebuilt from the node (the log has none)."""
         self.reconstructed_devices: dict[str, DesiredVolume] = {}
@@ -136,8 +153,11 @@ class Reconciler:
         self.pod_dir_failures: dict[str, str] = {}
         """uid -> why the pod's dir could not be removed (until it is)."""
         self.remount_required: set[tuple[str, str]] = set()
-        self.expand_failed: dict[str, int] = {}
-        """volume_id -> the size whose online expansion failed with a final error."""
+        self.expand_failed: dict[str, int] = generator.expand_failed
+        """volume_id -> the size whose node expansion failed with a final error (shared with
+        the generator, whose expansion during mount records such failures too)."""
+        self.rwop = RwopGuard(dsw, index)
+        """Holds back mounts of a ReadWriteOncePod volume another pod uses."""
         self.orphan_cleanup: Callable[[], None] | None = None
         """One-shot hook run on the first pass after the desired state is complete."""
         self._orphans_done = False
@@ -217,11 +237,39 @@ class Reconciler:
             log.info("desired state complete (%s): unmounts may start", reason)
             self.mark_all_dirty()
             self.wake()
+            if self.on_complete is not None:
+                self.on_complete(reason)
+
+    def hold_until_told(self, reason: str) -> None:
+        """From now on only `set_desired_complete` opens the gate: the grace timer is off."""
+        if self.desired_complete or reason in self.until_told:
+            return
+        self.until_told = f"{self.until_told}; {reason}" if self.until_told else reason
+        if self._grace is not None:
+            self._grace.cancel()
+            self._grace = None
+        self.grace_deadline = None
+        log.warning(
+            "desired state not complete: %s: nothing is unmounted until `volfsm apply -f DIR"
+            " --complete`; the grace timer does not apply",
+            self.until_told,
+        )
+        if self.on_hold is not None:
+            self.on_hold(self.until_told)
+
+    @property
+    def gate(self) -> str:
+        """How the gate may open: `volfsm.gate`'s GATE_* values."""
+        if self.desired_complete:
+            return GATE_OPEN
+        if self.until_told or self.config.desired_grace is None:
+            return GATE_UNTIL_TOLD
+        return GATE_UNTIL_TOLD_OR_GRACE
 
     def start_grace(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the grace period (if one applies and it did not start yet)."""
         grace = self.config.desired_grace
-        if self.desired_complete or grace is None or self._grace is not None:
+        if self.desired_complete or grace is None or self._grace is not None or self.until_told:
             return
         self.grace_deadline = loop.time() + grace
         self._grace = loop.call_later(grace, self._grace_over, grace)
@@ -314,8 +362,11 @@ class Reconciler:
             uids = pods_on(vid)
             if uids:
                 self._mount_attach(vid, uids)
-            elif ready and not held:
-                self._unmount_detach_device(vid)
+            else:
+                if self.rwop.waiting:
+                    self.rwop.note_waiting(vid, {})
+                if ready and not held:
+                    self._unmount_detach_device(vid)
         if ready and not self._orphans_done:
             self._orphans_done = True
             if self.orphan_cleanup is not None:
@@ -331,9 +382,11 @@ class Reconciler:
         self.mark_all_dirty()
         return self.reconcile()
 
-    def _start(self, op: Operation, volume_id: str) -> None:
-        if not self.executor.start(op):
-            self._retry[volume_id] = None
+    def _start(self, op: Operation, volume_id: str) -> bool:
+        if self.executor.start(op):
+            return True
+        self._retry[volume_id] = None
+        return False
 
     # ----------------------------------------------------------- phase 1
 
@@ -356,6 +409,7 @@ class Reconciler:
         pods = self.dsw.pods
         podvols = self.asw.podvols
         remounts = self.remount_required
+        waiting: dict[str, str] = {}
         for uid in uids:
             pod = pods.get(uid)
             dv = _volume_of(pod, vid) if pod is not None else None
@@ -367,6 +421,11 @@ class Reconciler:
                 if found is not None:
                     self._start(self.ops.adopt(uid, found, dv), vid)
                     continue
+            if pv is None or pv.state == UNMOUNTED:
+                why = self.rwop.wait_reason(uid, dv)
+                if why:
+                    waiting[uid] = why  # the volume is marked dirty when its user goes
+                    continue
             if pv is None or pv.state != MOUNTED:
                 reason = REASON_REMOUNT_UNCERTAIN if pv and pv.state == UNCERTAIN else REASON_MOUNT
             elif remounts and (uid, dv.name) in remounts:
@@ -374,9 +433,14 @@ class Reconciler:
             else:
                 self._maybe_expand(uid, dv)
                 continue
-            self._start(self.ops.mount(uid, dv, reason), vid)
+            if self._start(self.ops.mount(uid, dv, reason), vid):
+                self.rwop.started(uid, dv)
+        if waiting or vid in self.rwop.waiting:
+            self.rwop.note_waiting(vid, waiting)
 
     def _maybe_expand(self, uid: str, dv: DesiredVolume) -> None:
+        if dv.read_only:
+            return  # kubelet's populator skips read-only volumes (checkVolumeFSResize)
         vid = dv.volume_id
         want = self.dsw.desired_size(vid)
         if want is None:
@@ -393,7 +457,9 @@ class Reconciler:
         self._start(self.ops.expand(uid, dv, plugin, want, reason), vid)
 
     def on_operation_finished(self, op: Operation) -> None:
-        """Remember final online-expansion failures (kubelet: no retry until the size changes)."""
+        """Forget a finished ReadWriteOncePod mount; remember final online-expansion
+        failures (kubelet: no retry until the size changes)."""
+        self.rwop.finished(op)
         if op.name != EXPAND_VOLUME:
             return
         if op.failure is not None and op.failure.final:
@@ -490,14 +556,23 @@ class Reconciler:
         return False
 
     def _remove_pod_dirs(self, uids: list[str]) -> list[str]:
-        """Remove each pod's dir; the uids whose dir is gone."""
+        """Remove each pod's dir, directories only; the uids whose dir is gone.
+
+        A file left in it (etc-hosts, a container log, anything a volume's
+        teardown did not remove) is not volfsm's: it stays, and so does the
+        pod dir, reported in `pod_dir_failures` (tried again at the next start).
+        """
         removed = []
         for uid in uids:
             try:
-                self.layout.remove_pod_dir(uid)
+                result = remove_pod_dir(self.layout, uid)
             except (VolfsmError, OSError) as exc:
-                self.pod_dir_failures[uid] = str(exc)
-                log.warning("orphaned pod %s: its dir stays: %s", uid, exc)
+                why = str(exc)
+            else:
+                why = result.summary(KEPT_OWNER) if not result.gone else ""
+            if why:
+                self.pod_dir_failures[uid] = why
+                log.warning("orphaned pod %s: its dir stays: %s", uid, why)
             else:
                 self.pod_dir_failures.pop(uid, None)
                 removed.append(uid)

@@ -37,7 +37,10 @@
    Its spec comes from the log when the log knows the pod, else from the
    node: a CSI volume's ``vol_data.json`` (driver, handle, spec name,
    lifecycle), an emptyDir from its path (medium Memory if a tmpfs is
-   mounted there). A CSI PV volume found in a pod dir is named by its dir
+   mounted there). A mounted CSI pod volume whose own ``vol_data.json`` is
+   unusable takes the driver and handle of the staging dir whose mount its
+   publish mount is (`recover_from_staging`), so its driver still
+   unpublishes it. A CSI PV volume found in a pod dir is named by its dir
    (the PV name, kubelet's outerVolumeSpecName problem #103143); when the
    pod is applied again under another volume name the reconciler hands the
    entry over (`OperationGenerator.adopt`) instead of unmounting the
@@ -46,12 +49,12 @@
    or unreadable ``vol_data.json``, a file where a directory belongs,
    empty leftovers) is listed, logged, and cleaned up once, when the
    desired state is complete and no desired pod wants it: mounts under it
-   are unmounted and the tree removed with `RootLayout`'s symlink-safe
-   helpers. The attempt is recorded as an `orphan_cleanup` operation
-   (OperationStarted, then OperationSucceeded or OperationFailed with
-   final=True) on the pod-volume stream named by the dir (pod dirs) or on
-   ``device/orphan:<path>`` (plugin dirs), so a failure has a reason
-   anyone can read in the log, in `volfsm get` and in the service log.
+   are unmounted (plain umount), its empty directories removed, every file
+   kept and reported (`volfsm.engine.orphans`).
+5. **What the log never created.** Every held pod-volume found on the node
+   now or by an earlier start whose stream records no mount by volfsm is
+   handed to the operation generator (`found_on_node`): its teardown keeps
+   files (`VolumeRequest.keep_files`).
 
 Fault points (`volfsm.faultpoints`): ``reconstruct.start`` before anything
 is marked, ``reconstruct.mid`` after the first mark is appended (reached
@@ -73,12 +76,11 @@ still present", #60987).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
 import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -96,8 +98,8 @@ from events.types import (
     Envelope,
     OperationFailed,
     OperationStarted,
-    OperationSucceeded,
     PodAdded,
+    VolumeMounted,
     VolumeMountUncertain,
     VolumeSource,
 )
@@ -119,6 +121,13 @@ from volfsm.engine.operations import (
     VOLUME_UNMOUNT,
     OperationGenerator,
 )
+from volfsm.engine.orphans import (
+    ORPHAN_CLEANUP,
+    ORPHAN_STREAM_PREFIX,
+    DesiredPods,
+    Orphan,
+    OrphanCleaner,
+)
 from volfsm.errors import VolfsmError
 from volfsm.faultpoints import hit
 from volfsm.handler import CommandHandler
@@ -128,13 +137,13 @@ from volfsm.layout import (
     BLOCK_PUBLISH,
     BLOCK_STAGING,
     CSI_PLUGIN,
+    CSI_PUBLISH_MOUNT,
     EMPTY_DIR_PLUGIN,
     GLOBAL_MOUNT,
     PODS,
     VOL_DATA,
     VOLUME_DEVICES,
     VOLUMES,
-    PathInUseError,
     RootLayout,
     UnsafePathError,
     component_problem,
@@ -157,11 +166,7 @@ EntryKey = tuple[str, str, str, str]
 
 INTERRUPTED = "Interrupted"
 """OperationFailed code answering an operation the process died in."""
-ORPHAN_CLEANUP = "orphan_cleanup"
-"""Operation name of the one-shot cleanup of what could not be reconstructed."""
 REASON_FOUND = "found on node, not in the log"
-ORPHAN_STREAM_PREFIX = "orphan:"
-"""Device streams of plugin-dir orphans are ``device/orphan:<path below the root>``."""
 
 VOL_DATA_MAX_BYTES = 64 << 10
 LIFECYCLE_EPHEMERAL = "Ephemeral"
@@ -182,32 +187,6 @@ _STAGED = (GLOBALLY_MOUNTED, UNCERTAIN)
 
 
 # ------------------------------------------------------------------- report
-
-
-@dataclass
-class Orphan:
-    """Something on the node that could not be reconstructed, and what became of it."""
-
-    path: str
-    why: str
-    """Why it could not be reconstructed."""
-    stream: str
-    """Where its cleanup is recorded."""
-    pod_uid: str = ""
-    """The pod dir it is in ("" for a plugin dir)."""
-    entry: EntryKey | None = None
-    status: str = "pending"
-    """pending (until the desired state is complete), kept (a desired pod wants it),
-    cleaned, or failed."""
-    error: str = ""
-    """Why the cleanup failed, or why it was kept."""
-
-    def as_dict(self) -> dict[str, str]:
-        """What `volfsm get` shows."""
-        out = {"path": self.path, "why": self.why, "status": self.status, "stream": self.stream}
-        if self.error:
-            out["error"] = self.error
-        return out
 
 
 @dataclass
@@ -403,6 +382,8 @@ class Recovered:
 
     spec: DesiredVolume
     device_path: Path | None = None
+    note: str = ""
+    """Where the spec came from, when not from the entry's own files."""
 
 
 def read_vol_data(layout: RootLayout, path: Path) -> dict[str, str] | str:
@@ -468,7 +449,7 @@ def recover_pod_entry(layout: RootLayout, entry: PodEntry, scan: NodeScan) -> Re
         return str(exc)
     found = read_csi_vol_data(layout, data_path)
     if isinstance(found, str):
-        return found
+        return (None if block else recover_from_staging(layout, entry, scan)) or found
     data, driver, handle = found
     spec_name = data.get("specVolID") or entry.name
     if spec_name != entry.name:
@@ -494,6 +475,38 @@ def recover_pod_entry(layout: RootLayout, entry: PodEntry, scan: NodeScan) -> Re
     except UnsafePathError as exc:
         return str(exc)
     return Recovered(spec, device)
+
+
+def recover_from_staging(layout: RootLayout, entry: PodEntry, scan: NodeScan) -> Recovered | None:
+    """A CSI PV volume whose pod vol_data.json is unusable, from the staging dir it is
+    published from: the one whose globalmount is the same mount as the entry's publish
+    mount (same device and root), by that dir's own vol_data.json. None unless exactly one.
+
+    So a mounted CSI volume that lost its pod json is still unpublished by its driver
+    (NodeUnpublishVolume), not just unmounted.
+    """
+    publish = scan.mount_at(entry.path / CSI_PUBLISH_MOUNT)
+    if publish is None:
+        return None
+    same = (publish.major, publish.minor, publish.root)
+    matches: dict[tuple[str, str], Path] = {}
+    for staging in scan.globals:
+        staged = scan.mount_at(staging.device_path) if staging.kind == STAGING else None
+        if staged is None or (staged.major, staged.minor, staged.root) != same:
+            continue
+        rec = recover_global(layout, staging)
+        if isinstance(rec, Recovered):
+            matches[(rec.spec.source.driver, rec.spec.source.volume_handle)] = staging.path
+    if len(matches) != 1:
+        return None
+    [((driver, handle), where)] = matches.items()
+    source = VolumeSource(plugin=CSI_PLUGIN, driver=driver, volume_handle=handle)
+    spec = DesiredVolume(
+        name=entry.name, volume_id=csi_volume_id(driver, handle), source=source,
+        pv_name=entry.name,
+    )  # fmt: skip
+    note = f"driver and handle from {where / VOL_DATA}: its mount is the one published here"
+    return Recovered(spec, where / GLOBAL_MOUNT, note)
 
 
 def recover_global(layout: RootLayout, entry: GlobalEntry) -> Recovered | str:
@@ -620,15 +633,6 @@ class SpecRegistry(Protocol):
         """Run a pass now."""
 
 
-class DesiredPods(Protocol):
-    """What reconstruction reads from the DSW."""
-
-    pods: dict[str, PodAdded]
-
-    def volumes_to_mount(self) -> list[tuple[PodAdded, DesiredVolume]]:
-        """Every desired (pod, volume)."""
-
-
 @dataclass(frozen=True)
 class _Fire:
     """A transition to fire on a device (pod_uid "") or pod-volume stream."""
@@ -657,6 +661,10 @@ class _Plan:
     device_specs: dict[str, DesiredVolume] = field(default_factory=dict)
     report: ReconstructionReport = field(default_factory=ReconstructionReport)
     pod_uids: list[str] = field(default_factory=list)
+    found_podvols: set[PodVolumeKey] = field(default_factory=set)
+    found_devices: set[str] = field(default_factory=set)
+    not_created: set[PodVolumeKey] = field(default_factory=set)
+    """Held pod-volumes the log never recorded creating: their teardown keeps files."""
 
 
 class Reconstructor:
@@ -683,9 +691,13 @@ class Reconstructor:
         self.layout = layout
         self.registry = registry
         self.report: ReconstructionReport | None = None
-        self._orphan_task: asyncio.Task[None] | None = None
-        self._ids = 0
-        self._id_prefix = os.urandom(4).hex()
+        self.on_found: Callable[[int], None] | None = None
+        """Called with how many found entries the log has no event of (`_unknown_to_log`),
+        before they are recorded (then the log has: the next start would not count them)."""
+        self.cleaner = OrphanCleaner(
+            handler=handler, dsw=dsw, ops=ops, layout=layout, registry=registry,
+            entries_of=self.entries_of,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ run
 
@@ -695,6 +707,9 @@ class Reconstructor:
         hit("reconstruct.start")
         try:
             plan = await asyncio.to_thread(self._plan)
+            unknown = await asyncio.to_thread(self._unknown_to_log, plan)
+            if unknown and self.on_found is not None:
+                self.on_found(unknown)  # before the marks reach the log
             await self._apply(plan)
             self._register(plan)
             report = plan.report
@@ -703,10 +718,28 @@ class Reconstructor:
             # reconcile on the log's state alone rather than not at all.
             log.exception("reconstruction failed")
             report = ReconstructionReport(error=f"{type(exc).__name__}: {exc}")
+            await self._keep_files_of_earlier_finds()
         report.duration_s = time.monotonic() - started
         self.report = report
         self._log_report(report)
         return report
+
+    async def _keep_files_of_earlier_finds(self) -> None:
+        """After a failed reconstruction: what an earlier start found still keeps its files."""
+        fallback = _Plan()
+        try:
+            await asyncio.to_thread(self._plan_not_created, fallback)
+        except (VolfsmError, OSError, ValueError):
+            log.exception("cannot tell which volumes the log never created")
+        self.ops.found_on_node.update(fallback.not_created)
+
+    def _unknown_to_log(self, plan: _Plan) -> int:
+        """How many found entries the log has no event of at all (not even a start): the log
+        was lost or is behind, or another tool wrote there. An entry a crash left (its stream
+        has events) is not counted: an intact log knows it."""
+        streams = [podvol_stream(uid, name) for uid, name in plan.found_podvols]
+        streams += [device_stream(vid) for vid in plan.found_devices]
+        return sum(not self.log.has_stream(stream) for stream in streams)
 
     def _log_report(self, report: ReconstructionReport) -> None:
         for line in report.interrupted:
@@ -741,6 +774,7 @@ class Reconstructor:
         self._plan_globals(plan, scan)
         self._plan_junk(plan, scan)
         self._plan_specless(plan)
+        self._plan_not_created(plan)
         return plan
 
     def spec_of(self, uid: str, name: str) -> DesiredVolume | None:
@@ -767,6 +801,8 @@ class Reconstructor:
         plan.marked_podvols.add((uid, name))
         plan.report.uncertain.append(f"{podvol_stream(uid, name)}: {reason}")
         plan.report.reconstructed += found
+        if found:
+            plan.found_podvols.add((uid, name))
 
     def _mark_device(
         self, plan: _Plan, volume_id: str, reason: str, path: str, *, found: bool
@@ -778,6 +814,8 @@ class Reconstructor:
         plan.marked_devices.add(volume_id)
         plan.report.uncertain.append(f"{device_stream(volume_id)}: {reason}")
         plan.report.reconstructed += found
+        if found:
+            plan.found_devices.add(volume_id)
 
     # 1. interrupted operations
 
@@ -1023,10 +1061,10 @@ class Reconstructor:
             if isinstance(rec, str):
                 self._orphan(plan, entry.path, rec, uid, entry.key, entry.name)
                 return
-            spec, device = rec.spec, rec.device_path
+            spec, device, note = rec.spec, rec.device_path, rec.note
         else:
             paths = self.ops.request_paths(spec, "")
-            device = paths[0] if paths is not None else None
+            device, note = paths[0] if paths is not None else None, ""
         key = (uid, spec.name)
         pv = self.asw.podvols.get(key)
         if key in plan.marked_podvols or (pv is not None and pv.state in HOLDING):
@@ -1037,6 +1075,8 @@ class Reconstructor:
         reason = f"{REASON_FOUND}: {entry.path}"
         if mounted:
             reason += f" (mounted: {', '.join(mounted)})"
+        if note:
+            reason += f" ({note})"
         if self._staged_kind(spec):
             self._plan_device(plan, spec, device, reason)
         self._mark_podvol(plan, uid, spec.name, spec.volume_id, reason, found=True)
@@ -1148,6 +1188,24 @@ class Reconstructor:
                 else:
                     plan.device_specs[vid] = spec
 
+    # 5. what the log never recorded creating
+
+    def _plan_not_created(self, plan: _Plan) -> None:
+        """Find the held pod-volumes whose stream has no mount by volfsm.
+
+        Candidates: the ones found on the node now, and the ones an earlier
+        start found (reconstructed, still held). A mount attempt on the
+        stream (a desired pod's volume since) or a VolumeMounted makes the
+        volume volfsm's; entries it saw Mounted are not even looked at.
+        """
+        keys = set(plan.found_podvols)
+        keys.update(
+            k for k, pv in self.asw.podvols.items() if pv.state in HOLDING and pv.reconstructed
+        )
+        for key in keys:
+            if not any(_mounts(env.body) for env in self.log.read_stream(podvol_stream(*key))):
+                plan.not_created.add(key)
+
     # ------------------------------------------------------------- applying
 
     async def _apply(self, plan: _Plan) -> None:
@@ -1177,6 +1235,7 @@ class Reconstructor:
             self._add_to_pod(key[0], spec)
         for vid, spec in plan.device_specs.items():
             registry.reconstructed_devices.setdefault(vid, spec)
+        self.ops.found_on_node.update(plan.not_created)
         for orphan in plan.report.orphans:
             if orphan.pod_uid:
                 self._add_to_pod(orphan.pod_uid, None)
@@ -1209,114 +1268,18 @@ class Reconstructor:
 
     def start_orphan_cleanup(self) -> None:
         """The reconciler's one-shot hook, on its first pass after the desired state is complete."""
-        if not self.orphans or self._orphan_task is not None:
-            return
-        self._orphan_task = asyncio.get_running_loop().create_task(
-            self._clean_orphans(), name="volfsm-orphan-cleanup"
-        )
+        self.cleaner.start(self.orphans)
 
     async def wait(self) -> None:
         """Wait for a running orphan cleanup (stop, tests)."""
-        if self._orphan_task is not None:
-            await asyncio.gather(self._orphan_task, return_exceptions=True)
+        await self.cleaner.wait()
 
-    def _wanted(self, orphan: Orphan) -> str:
-        """Why a desired pod wants what is at the orphan's path, or "" if none does."""
-        if orphan.pod_uid:
-            pod = self.dsw.pods.get(orphan.pod_uid)
-            if pod is None:
-                return ""
-            if orphan.entry is None:
-                # A leftover dir of a desired pod (e.g. an empty volumes/<plugin>): its
-                # mounts may be creating entries under it right now.
-                return "its pod is desired: the pod's own cleanup removes it when the pod goes"
-            if any(orphan.entry in self.entries_of(pod.pod_uid, dv) for dv in pod.volumes):
-                return "a desired pod wants it: its mount may rebuild it"
-            return ""
-        prefix = orphan.path + "/"
-        for _, dv in self.dsw.volumes_to_mount():
-            paths = self.ops.request_paths(dv, "")
-            device = paths[0] if paths is not None else None
-            if device is not None and os.fspath(device).startswith(prefix):
-                return "a desired pod wants it: its mount may rebuild it"
-        return ""
 
-    def _next_id(self) -> str:
-        self._ids += 1
-        return f"{self._id_prefix}-r{self._ids}"
-
-    async def _clean_orphans(self) -> None:
-        for orphan in self.orphans:
-            if orphan.status != "pending":
-                continue
-            wanted = self._wanted(orphan)
-            if wanted:
-                orphan.status = "kept"
-                orphan.error = wanted
-                log.info("orphan %s kept: %s", orphan.path, orphan.error)
-                continue
-            await self._clean_orphan(orphan)
-        for orphan in self.orphans:
-            if orphan.pod_uid and orphan.pod_uid not in self.dsw.pods:
-                self.registry.queue_pod_cleanup(orphan.pod_uid)
-        self.registry.wake()
-
-    async def _clean_orphan(self, orphan: Orphan) -> None:
-        op_id = self._next_id()
-        started = time.monotonic()
-        plugin = unescape_plugin_name(orphan.entry[2]) if orphan.entry is not None else ""
-        reason = f"could not be reconstructed ({orphan.why}); no desired pod wants it"
-        begin = OperationStarted(
-            op_id=op_id,
-            operation=ORPHAN_CLEANUP,
-            volume_id="",
-            pod_uid=orphan.pod_uid,
-            plugin=plugin,
-            reason=reason,
-        )
-        await self.handler.record_async(orphan.stream, [begin])
-        end: Body
-        try:
-            await asyncio.to_thread(self._remove_orphan, orphan)
-        except (VolfsmError, OSError) as exc:
-            status, orphan.error = "failed", str(exc)
-            end = OperationFailed(
-                op_id=op_id,
-                operation=ORPHAN_CLEANUP,
-                code=_error_code(exc),
-                message=f"{orphan.path} stays: {exc}",
-                final=True,
-                duration_s=round(time.monotonic() - started, 6),
-            )
-            log.error("orphan %s could not be cleaned up (%s); it stays: %s", orphan.path,
-                      orphan.why, exc)  # fmt: skip
-        else:
-            status = "cleaned"
-            end = OperationSucceeded(
-                op_id=op_id,
-                operation=ORPHAN_CLEANUP,
-                duration_s=round(time.monotonic() - started, 6),
-            )
-            log.info("orphan %s cleaned up (%s)", orphan.path, orphan.why)
-        await self.handler.record_async(orphan.stream, [end])
-        orphan.status = status  # only once the outcome is in the log (and `get` shows it)
-
-    def _remove_orphan(self, orphan: Orphan) -> None:
-        """Unmount what is mounted at or under the path, then remove it (no symlink followed)."""
-        path = Path(orphan.path)
-        self.layout.resolve_inside(path.parent)
-        for info in mounts.mounts_under(path):
-            mounts.umount(info.mount_point)
-        self.layout.remove_tree(path)
-        stop = (
-            self.layout.pod_dir(orphan.pod_uid)
-            if orphan.pod_uid
-            else self.layout.plugin_dir(CSI_PLUGIN)
-        )
-        if path.parent != stop:
-            # a parent still holding other entries stays
-            with contextlib.suppress(VolfsmError, OSError):
-                self.layout.remove_dir(path.parent, stop_at=stop)
+def _mounts(body: Body) -> bool:
+    """Whether a pod-volume event records volfsm mounting it (or starting to)."""
+    if isinstance(body, OperationStarted):
+        return body.operation in (VOLUME_MOUNT, MAP_VOLUME)
+    return isinstance(body, VolumeMounted)
 
 
 def _inside(layout: RootLayout, path: Path | str) -> bool:
@@ -1324,19 +1287,6 @@ def _inside(layout: RootLayout, path: Path | str) -> bool:
         return bool(layout.relative_parts(path))
     except UnsafePathError:
         return False
-
-
-def _error_code(exc: BaseException) -> str:
-    """A short code for an orphan cleanup failure: the errno name, or the error's kind."""
-    if isinstance(exc, mounts.MountError):
-        return exc.code
-    if isinstance(exc, PathInUseError):
-        return "PathInUse"
-    if isinstance(exc, UnsafePathError):
-        return "UnsafePath"
-    if isinstance(exc, OSError) and exc.errno:
-        return errno.errorcode.get(exc.errno, "OSError")
-    return type(exc).__name__
 
 
 __all__ = [

@@ -36,6 +36,8 @@ class PodVolumeStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     since_us: int = 0
     mount_path: str = ""
     reason: str = ""
+    waiting: str = ""
+    """Why the engine does not mount it yet though the pod wants it (ReadWriteOncePod)."""
     reconstructed: bool = False
     last_operation: OperationStatus | None = None
     last_error: OperationStatus | None = None

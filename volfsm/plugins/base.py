@@ -67,6 +67,10 @@ class VolumeRequest:
     `ephemeral` marks an inline (pod-scoped) volume, which is never staged.
     `fs_group` is the pod's fsGroup (securityContext), if any: CSI drivers
     with VOLUME_MOUNT_GROUP get it as volume_mount_group.
+    `keep_files` (teardown only): the log never recorded creating this
+    volume (found on the node after a lost log, or in an adopted root dir),
+    so the teardown must not delete a file: it removes directories only
+    and says what it kept.
     """
 
     volume_id: str
@@ -82,6 +86,7 @@ class VolumeRequest:
     spec_name: str = ""
     ephemeral: bool = False
     fs_group: int | None = None
+    keep_files: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,14 @@ class VolumePlugin(abc.ABC):
         """Whether volumeMode Block is possible."""
         return False
 
+    def stages(self, req: VolumeRequest) -> bool:
+        """Whether `mount_device` really stages this volume (CSI: NodeStage was sent).
+
+        Expansion during mount follows the stage when it does, else the publish.
+        Asked after `mount_device` succeeded.
+        """
+        return self.is_device_mountable(req.source)
+
     def supports_expansion(self, source: VolumeSource) -> bool:
         """Whether node-side expansion (NodeExpand / fs resize) is needed and possible."""
         return False
@@ -161,8 +174,12 @@ class VolumePlugin(abc.ABC):
         """Publish for the pod at `req.mount_path` (NodePublish / SetUp / MapPodDevice)."""
 
     @abc.abstractmethod
-    async def tear_down(self, req: VolumeRequest) -> None:
-        """Unpublish for the pod (NodeUnpublish / TearDown / UnmapPodDevice)."""
+    async def tear_down(self, req: VolumeRequest) -> str | None:
+        """Unpublish for the pod (NodeUnpublish / TearDown / UnmapPodDevice).
+
+        Returns what it left in place on purpose (with `req.keep_files`: files
+        of a volume the log did not create), as one line, or None.
+        """
 
     async def expand(self, req: VolumeRequest, new_size: int) -> int:
         """Grow the volume on the node to `new_size`; the size it now has."""

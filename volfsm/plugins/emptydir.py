@@ -9,6 +9,11 @@ otherwise the kernel default), and marks the volume ready in
 removes the ready marker, unmounts the tmpfs and removes the directory and
 whatever the pod wrote into it. Pod-written symlinks are removed as links:
 nothing they point to is followed, read or removed, and no mount is crossed.
+That is for volumes the log recorded creating. A volume found on the node
+that the log never recorded (a lost log, an adopted root dir) is torn down
+with ``keep_files``: only directories are removed (and the plugin's own empty
+``ready`` marker), every file stays and is reported, and a tmpfs holding any
+file stays mounted (an empty one is unmounted).
 
 Error classes. In kubelet every emptyDir SetUp error is final (the plugin
 returns plain errors). volfsm refines that where "final" would lose a mount:
@@ -39,6 +44,7 @@ from pathlib import Path
 
 from events.types import VolumeSource
 from volfsm import mounts
+from volfsm.dirsonly import Kept, first_kept, remove_dirs
 from volfsm.layout import (
     EMPTY_DIR_PLUGIN,
     PathInUseError,
@@ -56,6 +62,7 @@ VOLUME_DIR_MODE = 0o777
 READY_FILE = "ready"
 _MEMORY_FS = frozenset({"tmpfs", "hugetlbfs"})
 _MAX_STACKED = 16
+KEPT_OWNER = " the log did not create"
 
 
 def _os_error(exc: OSError, what: str, error_class: ErrorClass) -> PluginError:
@@ -187,13 +194,19 @@ class EmptyDirPlugin(VolumePlugin):
 
     # --------------------------------------------------------------- tear down
 
-    async def tear_down(self, req: VolumeRequest) -> None:
-        """Unmount (tmpfs) and remove the volume dir with its contents. Idempotent."""
-        await asyncio.to_thread(self._tear_down, req)
+    async def tear_down(self, req: VolumeRequest) -> str | None:
+        """Unmount (tmpfs) and remove the volume dir with its contents. Idempotent.
 
-    def _tear_down(self, req: VolumeRequest) -> None:
+        With `req.keep_files` (the log never recorded creating the volume)
+        no file is deleted: see `_tear_down_keeping`; returns what stayed.
+        """
+        return await asyncio.to_thread(self._tear_down, req)
+
+    def _tear_down(self, req: VolumeRequest) -> str | None:
         volume_dir, meta_dir = self._paths(req)
         try:
+            if req.keep_files:
+                return self._tear_down_keeping(volume_dir, meta_dir)
             self.layout.remove_tree(meta_dir)
             self._unmount_and_remove(volume_dir)
         except UnsafePathError as exc:
@@ -204,6 +217,59 @@ class EmptyDirPlugin(VolumePlugin):
             raise PluginError(exc.code, str(exc), ErrorClass.UNCERTAIN) from None
         except OSError as exc:
             raise _os_error(exc, f"removing {volume_dir}", ErrorClass.UNCERTAIN) from None
+        return None
+
+    def _tear_down_keeping(self, volume_dir: Path, meta_dir: Path) -> str | None:
+        """Tear down a volume the log did not create: directories go, files stay.
+
+        The plugin's own empty ``ready`` marker goes; everything else in the
+        volume is kept. A tmpfs holding any file stays mounted (unmounting it
+        would destroy the files); an empty one is unmounted. Returns what
+        stayed, or None.
+        """
+        self._remove_ready_marker(meta_dir)
+        kept = [remove_dirs(self.layout, meta_dir)]
+        held = self._unmount_empty_memory(volume_dir)
+        if held is not None:
+            return (
+                f"the tmpfs at {volume_dir} stays mounted: it holds what the log did not"
+                f" create ({held.text()})"
+            )
+        kept.append(remove_dirs(self.layout, volume_dir))
+        shown = "; ".join(r.summary(KEPT_OWNER) for r in kept if not r.gone)
+        return shown or None
+
+    def _remove_ready_marker(self, meta_dir: Path) -> None:
+        """Unlink meta_dir/ready if it is what set_up writes: an empty regular file."""
+        try:
+            with self.layout.open_dir(meta_dir) as fd:
+                st = _lstat(fd, READY_FILE)
+                if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == 0:
+                    os.unlink(READY_FILE, dir_fd=fd)
+        except FileNotFoundError:
+            return
+
+    def _unmount_empty_memory(self, volume_dir: Path) -> Kept | None:
+        """Unmount the tmpfs layers at the dir while they hold no file; what one holds, or None."""
+        inside = [i for i in mounts.mounts_under(volume_dir) if i.mount_point != str(volume_dir)]
+        if inside:
+            shown = ", ".join(info.mount_point for info in inside)
+            raise PathInUseError(volume_dir, f"other mounts inside the volume: {shown}")
+        for _ in range(_MAX_STACKED):
+            found = mounts.find_mount(volume_dir)
+            if found is None:
+                return None
+            if found.fstype not in _MEMORY_FS:
+                raise PluginError(
+                    "MediumMismatch",
+                    f"{volume_dir} is a {found.fstype} mount, not an emptyDir tmpfs; not removing",
+                    ErrorClass.UNCERTAIN,
+                )
+            held = first_kept(self.layout, volume_dir)
+            if held is not None:
+                return held
+            mounts.umount(volume_dir)
+        raise PathInUseError(volume_dir, f"more than {_MAX_STACKED} stacked mounts")
 
     def _unmount_and_remove(self, volume_dir: Path) -> None:
         try:

@@ -33,6 +33,7 @@ from pathlib import Path
 from loguru import logger
 
 from events.types import VolumeSource
+from volfsm.dirsonly import first_kept
 from volfsm.errors import VolfsmError
 from volfsm.layout import CSI_PLUGIN, RootLayout
 from volfsm.plugins.base import (
@@ -60,6 +61,7 @@ SecretLookup = Callable[[str], Mapping[str, str]]
 """Secret data for a reference "namespace/name" (volfsm itself reads no Kubernetes Secret)."""
 
 NAME_MISMATCH = "DriverNameMismatch"
+KEPT_OWNER = " the log did not create"
 
 
 def _transient(code: str, exc: BaseException | str) -> PluginError:
@@ -161,6 +163,10 @@ class CsiPlugin(VolumePlugin):
 
     def supports_expansion(self, source: VolumeSource) -> bool:
         return self.caps.expand
+
+    def stages(self, req: VolumeRequest) -> bool:
+        """NodeStage is sent: the driver has STAGE_UNSTAGE_VOLUME and the volume is a PV."""
+        return self._stages(req)
 
     def _stages(self, req: VolumeRequest) -> bool:
         return self.caps.stage_unstage and not req.ephemeral
@@ -436,12 +442,15 @@ class CsiPlugin(VolumePlugin):
             detail=result.detail,
         )
 
-    async def tear_down(self, req: VolumeRequest) -> None:
+    async def tear_down(self, req: VolumeRequest) -> str | None:
         """NodeUnpublishVolume; then remove what is left (never a mount point).
 
         A symlink the driver left at a filesystem target is removed as a link,
         without asking the driver (kubelet asks; the driver could then unmount
-        whatever the link points at).
+        whatever the link points at). With `req.keep_files` (the log never
+        recorded this volume), a target still holding files after the
+        unpublish stays with them (only vol_data.json goes), and that is
+        returned: the teardown is done, not retried.
         """
         await self._ready()
         if req.volume_mode == BLOCK:
@@ -449,10 +458,10 @@ class CsiPlugin(VolumePlugin):
             await self.client.unpublish(req.source.volume_handle, str(device_file))
             await self._refuse_if_mounted("NodeUnpublishVolume", device_file)
             await self._cleanup((), (device_file,))
-            return
+            return None
         target = req.mount_path
         if target is None:
-            return
+            return None
         link = await asyncio.to_thread(_link_target, target)
         if link is None:
             await self.client.unpublish(req.source.volume_handle, str(target))
@@ -468,7 +477,13 @@ class CsiPlugin(VolumePlugin):
                 target,
                 link,
             )
+        if req.keep_files and link is None:
+            held = await asyncio.to_thread(first_kept, self.layout, target)
+            if held is not None:
+                await self._cleanup((paths.publish_data_file(target),), ())
+                return f"{target} stays after NodeUnpublishVolume: {held.text(KEPT_OWNER)}"
         await self._cleanup((paths.publish_data_file(target),), (target, target.parent))
+        return None
 
     # ------------------------------------------------------------ expand
 

@@ -35,10 +35,13 @@ def option_value(args: list[str], option: str) -> str:
     return args[args.index(option) + 1]
 
 
-def shared_kubelet_mount(service: dict[str, Any]) -> dict[str, Any]:
-    [mount] = [
-        v for v in service["volumes"] if isinstance(v, dict) and v["target"] == "/var/lib/kubelet"
-    ]
+ROOT_DIR = "/var/lib/volfsm-compose/root"
+"""volfsm's own root dir on the host: never a kubelet's (/var/lib/kubelet)."""
+
+
+def shared_root_mount(service: dict[str, Any]) -> dict[str, Any]:
+    [mount] = [v for v in service["volumes"] if isinstance(v, dict) and v["target"] == ROOT_DIR]
+    assert mount["source"] == ROOT_DIR
     return dict(mount)
 
 
@@ -57,14 +60,14 @@ def test_volfsm_service_command_is_a_valid_serve_command_line(services: dict[str
     args = list(svc["command"])
     assert args[0] == "serve" and svc["entrypoint"] == ["volfsm"]
     assert option_value(args, "--nats") == "nats://nats:4222"
-    assert option_value(args, "--root-dir") == "/var/lib/kubelet"
+    assert option_value(args, "--root-dir") == ROOT_DIR
     assert option_value(args, "--csi") == "csi.volfsm.dev=unix:///csi/csi.sock"
     assert option_value(args, "--http") == "0.0.0.0:9780"
     group: Any = typer.main.get_command(app)
     serve = group.commands["serve"]
     ctx = serve.make_context("serve", args[1:])  # raises on an unknown or malformed option
     assert ctx.params["nats"] == "nats://nats:4222"
-    assert shared_kubelet_mount(svc)["bind"]["propagation"] == "rshared"
+    assert shared_root_mount(svc)["bind"]["propagation"] == "rshared"
     assert "csi-socket:/csi" in svc["volumes"]
     assert "9780:9780" in svc["ports"]
 
@@ -77,7 +80,7 @@ def test_csi_driver_beside_it_shares_the_socket_and_root(services: dict[str, Any
     assert args.endpoint == "unix:///csi/csi.sock"
     assert args.name == "csi.volfsm.dev"
     assert "csi-socket:/csi" in drv["volumes"]
-    assert shared_kubelet_mount(drv)["bind"]["propagation"] == "rshared"
+    assert shared_root_mount(drv)["bind"]["propagation"] == "rshared"
 
 
 def test_dockerfile_and_console_scripts() -> None:

@@ -104,7 +104,8 @@ def serve(
         float | None,
         _opt(
             "Seconds after start before unmounts may start unless told earlier with "
-            "`volfsm apply --complete`. Default 30; 0: at once.",
+            "`volfsm apply --complete`; only with an intact log (after a lost log only "
+            "`apply --complete` lets them start). Default 30; 0: at once.",
             PANEL_ENGINE,
         ),
     ] = None,
@@ -118,6 +119,17 @@ def serve(
             "--restore-from-stream",
             help="The log was lost or is an older backup: first copy this node's events it "
             "lacks back from the JetStream stream.",
+            rich_help_panel=PANEL_ENGINE,
+            show_default=False,
+        ),
+    ] = None,
+    adopt_root_dir: Annotated[
+        bool | None,
+        typer.Option(
+            "--adopt-root-dir",
+            help="Claim a root dir that has no volfsm mark of this node (its pods unknown to "
+            "the log): handled as after a lost log, nothing in it is unmounted or removed until "
+            "`volfsm apply --complete`. Never for a root dir a kubelet uses.",
             rich_help_panel=PANEL_ENGINE,
             show_default=False,
         ),
@@ -168,6 +180,7 @@ def serve(
         "log_level": log_level,
         "fault_point": fault_point,
         "restore_from_stream": restore_from_stream,
+        "adopt_root_dir": adopt_root_dir,
     }
     try:
         settings = resolve(load_config(cli, config_file=config))

@@ -87,9 +87,9 @@ class ServeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     The kubelet unmounts nothing until its pod sources are synced (a few
     seconds after start); volfsm's pods come from whoever drives it, which
     must reconnect to NATS and re-send them. 30 s covers that on a loaded
-    node, and bounds how long volumes of pods deleted while the service was
-    down (or of entries found on the node when the log was lost) stay
-    mounted when nobody says the desired state is complete. 0: at once.
+    node. Only with an intact log: after a lost log, an adopted root dir, or
+    when reconstruction finds volumes the log does not know, only `apply
+    --complete` opens the gate. 0: at once.
     """
     max_command_bytes: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MAX_COMMAND_BYTES
     """Largest command payload accepted; bigger ones get a PayloadTooLarge reply."""
@@ -98,6 +98,13 @@ class ServeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Crash testing: SIGKILL this process at POINT[/QUALIFIER...][@N][+SECONDS] (off)."""
     restore_from_stream: bool = False
     """Put back the events the log lacks from the JetStream stream before starting."""
+    adopt_root_dir: bool = False
+    """Claim a root dir volfsm cannot prove is its own (no mark, another node's mark).
+
+    Without it such a root dir is refused (`volfsm.rootdir`). With it the root
+    dir is marked as this node's and handled as after a lost log: nothing
+    found in it is unmounted or removed until `volfsm apply --complete`.
+    """
 
 
 FIELDS: dict[str, Any] = {f.name: f.type for f in msgspec.structs.fields(ServeConfig)}
@@ -242,6 +249,8 @@ class Settings:
     """The armed fault point spec (`volfsm.faultpoints`), "" when off."""
     restore_from_stream: bool = False
     """Copy this node's events the log lacks back from the stream (`volfsm.service.restore`)."""
+    adopt_root_dir: bool = False
+    """Claim a root dir without this node's mark (`volfsm.rootdir`); handled as after a lost log."""
 
     @property
     def log_path(self) -> Path:
@@ -412,6 +421,7 @@ def resolve(layered: Layered) -> Settings:
         log_level=level,
         fault_point=fault_point,
         restore_from_stream=cfg.restore_from_stream,
+        adopt_root_dir=cfg.adopt_root_dir,
     )
 
 

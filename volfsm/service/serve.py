@@ -2,8 +2,16 @@
 
 Start, in this order:
 
+0. refuse at once, touching nothing, if another service holds the root dir
+   (`volfsm.rootdir`: one volfsm per root dir);
 1. the HTTP server (so /healthz answers while the log is being read);
-2. open the event log (the data dir is locked: one service per data dir);
+2. open the event log (the data dir is locked: one service per data dir),
+   then claim the root dir: lock it for the life of the service and check
+   its ownership mark against the log. A root dir that is not provably
+   this node's (pod dirs the log does not know and no mark, another
+   node's mark) is refused unless `--adopt-root-dir`; one whose mark names
+   another log (the log was lost or replaced) or that was adopted is
+   handled as after a lost log (6);
 3. NATS: the `--nats` URL, or an embedded JetStream server on loopback with
    its store under `<data-dir>/nats`; the node name goes to `<data-dir>/node`
    (and, once ready, the URL to `<data-dir>/nats.url`: the CLI finds both
@@ -20,7 +28,12 @@ Start, in this order:
    then reconcile (one call: `VolumeEngine.start()`). The desired state
    starts incomplete: nothing is unmounted, unstaged or removed until
    `volfsm apply --complete` says it is complete or `--desired-grace`
-   seconds (default 30) have passed; mounts run at once;
+   seconds (default 30) have passed; mounts run at once. After a lost log
+   (the root dir's mark names another log, the root dir was adopted, or
+   reconstruction finds volumes the log does not know) the timer does not
+   apply: only `apply --complete` opens the gate, and the mark remembers
+   that across restarts until it does. `--restore-from-stream` that puts
+   the history back makes the log whole again;
 7. the command intake, so commands meet a rebuilt ASW;
 8. ready once reconstruction is done and the first reconcile pass ran
    (`/readyz`).
@@ -45,6 +58,7 @@ from loguru import logger
 
 from events.errors import LogLockedError, LogOpenError, RestoreError
 from events.log import EventLog
+from events.streams import pod_stream, podvol_stream
 from events.types import Envelope, OperationFailed, OperationStarted, OperationSucceeded
 from volfsm.bus import NatsServer
 from volfsm.bus.connect import connect_once
@@ -52,10 +66,12 @@ from volfsm.bus.errors import NatsSetupError
 from volfsm.bus.relay import Relay, RelayConfig
 from volfsm.engine import EngineConfig, VolumeEngine
 from volfsm.errors import VolfsmError
+from volfsm.gate import LIFT, gate_text
 from volfsm.layout import RootLayout
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.csi.plugin import CsiPlugin
 from volfsm.plugins.emptydir import EmptyDirPlugin
+from volfsm.rootdir import RootClaim, RootDir, RootDirError
 from volfsm.service.config import NATS_URL_FILENAME, NODE_FILENAME, Settings
 from volfsm.service.intake import CommandIntake, CommandProcessor
 from volfsm.service.metrics import ServiceMetrics, Snapshot
@@ -125,6 +141,7 @@ class NodeService:
         self.nats_url = settings.nats_url or ""
         self.catalog = PluginCatalog()
         self.csi_plugins: dict[str, CsiPlugin] = {}
+        self.root: RootDir | None = None
         self.ready = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
@@ -170,11 +187,15 @@ class NodeService:
     async def start(self) -> None:
         """Start everything (see the module docstring); ServiceStartError if it cannot."""
         s = self.settings
+        root = RootDir(s.root_dir, node=s.node, data_dir=s.data_dir)
+        try:
+            root.check_free()  # before anything: a second service on this root exits here
+        except RootDirError as exc:
+            raise ServiceStartError(str(exc)) from None
         try:
             s.data_dir.mkdir(parents=True, exist_ok=True)
-            s.root_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ServiceStartError(f"cannot create the data or root dir: {exc}") from None
+            raise ServiceStartError(f"cannot create the data dir: {exc}") from None
         self._log.info(
             "volfsm serve starting: node {}, data dir {}, root dir {}",
             s.node,
@@ -197,11 +218,17 @@ class NodeService:
                 self.http = None
                 raise ServiceStartError(f"--http {s.http.host}:{s.http.port}: {exc}") from None
         self.log = await asyncio.to_thread(self._open_log)
+        claim = await asyncio.to_thread(self._claim_root, root, self.log)
         write_atomic(s.data_dir / NODE_FILENAME, s.node + "\n")
         self._start_nats()
         layout = RootLayout(s.root_dir)
         self.catalog.register(EmptyDirPlugin(layout))
         await self._start_csi(layout)
+        lost = claim.lost
+        if s.restore_from_stream and await self._restore_log() and claim.restorable:
+            self._log.info("the log's history is back from the stream: the grace timer applies")
+            root.set_until_complete("")
+            lost = ""
         engine = VolumeEngine(
             self.log,
             s.root_dir,
@@ -213,9 +240,12 @@ class NodeService:
                 operation_timeout=s.csi_timeout,
                 desired_complete=False,
                 desired_grace=s.desired_grace,
+                log_lost=lost,
             ),
         )
         self.engine = engine
+        engine.reconciler.on_hold = root.set_until_complete
+        engine.reconciler.on_complete = self._desired_complete
         relay = Relay(
             self.log,
             self.nats_url,
@@ -230,8 +260,6 @@ class NodeService:
         engine.handler.subscribe(self.metrics.observe)
         engine.handler.subscribe(log_envelopes)
         engine.handler.subscribe(lambda _envs: relay.notify())
-        if s.restore_from_stream:
-            await self._restore_log()
         try:
             await relay.start()
         except NatsSetupError as exc:
@@ -248,12 +276,11 @@ class NodeService:
         report = engine.reconstruction
         if report is not None:
             self._log.info(
-                "reconstruction done: {} ({} found on the node, {} interrupted operations);"
-                " unmounts wait for `volfsm apply --complete` or {:g}s",
+                "reconstruction done: {} ({} found on the node, {} interrupted operations); {}",
                 report.summary(),
                 report.reconstructed,
                 len(report.interrupted),
-                s.desired_grace,
+                gate_text(engine.recovery_status()) or "desired state complete",
             )
         self.processor = CommandProcessor(
             engine,
@@ -294,8 +321,38 @@ class NodeService:
         except LogOpenError as exc:
             raise ServiceStartError(str(exc)) from None
 
-    async def _restore_log(self) -> None:
-        """--restore-from-stream: copy this node's events the log lacks back from JetStream."""
+    def _claim_root(self, root: RootDir, log: EventLog) -> RootClaim:
+        """Lock the root dir and check its mark against the log (see `volfsm.rootdir`)."""
+
+        def knows_pod(uid: str) -> bool:
+            return log.has_stream(pod_stream(uid)) or log.has_stream(
+                podvol_stream(uid, ""), prefix=True
+            )
+
+        try:
+            claim = root.claim_for(log.log_id, knows_pod, adopt=self.settings.adopt_root_dir)
+        except RootDirError as exc:
+            raise ServiceStartError(str(exc)) from None
+        self.root = root
+        if claim.lost:
+            self._log.warning("root dir {}: {}", root.root, claim.note or claim.lost)
+        elif claim.note:
+            self._log.info("{}", claim.note)
+        return claim
+
+    def _desired_complete(self, reason: str) -> None:
+        """The gate opened: the root dir's mark no longer holds it (next start: intact log)."""
+        if self.root is not None:
+            try:
+                self.root.set_until_complete("")
+            except RootDirError as exc:
+                self._log.error("{}", exc)
+
+    async def _restore_log(self) -> bool:
+        """--restore-from-stream: copy this node's events the log lacks back from JetStream.
+
+        Whether any were put back.
+        """
         s = self.settings
         assert self.log is not None and self.nats_url is not None
 
@@ -329,6 +386,7 @@ class NodeService:
                 result.restored,
                 result.log_last_seq,
             )
+            return True
         else:
             self._log.info(
                 "--restore-from-stream: the log (seq {}) already holds every event stream {}"
@@ -337,6 +395,7 @@ class NodeService:
                 s.stream,
                 result.stream_last_seq,
             )
+            return False
 
     def _start_nats(self) -> None:
         """Use --nats, or start the embedded server (in this thread: it dies with it)."""
@@ -464,6 +523,8 @@ class NodeService:
             await asyncio.to_thread(self.nats_server.stop)
             with contextlib.suppress(OSError):
                 (self.settings.data_dir / NATS_URL_FILENAME).unlink()
+        if self.root is not None:
+            self.root.release()
         self._log.info("volfsm serve stopped")
 
     # -------------------------------------------------------- status
@@ -540,6 +601,11 @@ class NodeService:
         if engine is not None and report is not None:
             if engine.desired_complete:
                 lines.append(f"[i] desired state complete ({engine.reconciler.complete_reason})")
+            elif engine.reconciler.until_told:
+                lines.append(
+                    f"[i] desired state not complete: {engine.reconciler.until_told}: no unmounts"
+                    f" until {LIFT}; the grace timer does not apply"
+                )
             else:
                 left = engine.reconciler.grace_left()
                 until = f"; grace ends in {left:.0f}s" if left is not None else ""

@@ -50,7 +50,7 @@ from loguru import logger  # noqa: E402
 
 from events.types import VolumeSource  # noqa: E402
 from volfsm.csi.v1 import csi_pb2, csi_pb2_grpc  # noqa: E402
-from volfsm.layout import CSI_PLUGIN, RootLayout  # noqa: E402
+from volfsm.node.layout import CSI_PLUGIN, RootLayout  # noqa: E402
 from volfsm.plugins.base import VolumeRequest  # noqa: E402
 from volfsm.plugins.csi.plugin import CsiPlugin  # noqa: E402
 

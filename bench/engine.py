@@ -60,7 +60,7 @@ from events.types import (  # noqa: E402
 )
 from volfsm.desired.resolve import ephemeral_volume_handle, inline_csi_volume_id  # noqa: E402
 from volfsm.engine import EngineConfig, VolumeEngine  # noqa: E402
-from volfsm.layout import CSI_PLUGIN, RootLayout  # noqa: E402
+from volfsm.node.layout import CSI_PLUGIN, RootLayout  # noqa: E402
 from volfsm.plugins.base import MountResult, VolumePlugin, VolumeRequest  # noqa: E402
 from volfsm.plugins.catalog import PluginCatalog  # noqa: E402
 

@@ -88,7 +88,7 @@ from volfsm.engine.snapshot import (  # noqa: E402
     fold_log,
 )
 from volfsm.engine.splitfold import SPLIT_OVER  # noqa: E402
-from volfsm.layout import RootLayout  # noqa: E402
+from volfsm.node.layout import RootLayout  # noqa: E402
 from volfsm.plugins.catalog import PluginCatalog  # noqa: E402
 from volfsm.plugins.emptydir import EmptyDirPlugin  # noqa: E402
 from volfsm.plugins.scripted import ScriptedPlugin, final, nonfinal  # noqa: E402

@@ -71,7 +71,7 @@ from events.types import Body, DeviceMounted, OperationStarted, VolumeMounted
 from volfsm.bus import NatsServer
 from volfsm.bus.relay import Relay, RelayConfig
 from volfsm.engine import EngineConfig, VolumeEngine
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.emptydir import EmptyDirPlugin
 

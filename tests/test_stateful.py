@@ -49,8 +49,8 @@ from events.types import (
 from projections.asof import state_at_time
 from projections.asw import Asw, fold
 from projections.validate import validate
+from volfsm.engine.handler import CommandHandler
 from volfsm.errors import IllegalTransitionError
-from volfsm.handler import CommandHandler
 
 # ----------------------------------------------------------------- shadow model
 

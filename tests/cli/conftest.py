@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from volfsm.demo import DemoResult, write_demo
+from volfsm.cli.demolog import DemoResult, write_demo
 
 DEMO_END_US = 1_714_533_000_000_000  # 2024-05-01T03:10:00Z
 DEMO_SEED = 7

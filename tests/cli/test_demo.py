@@ -13,7 +13,7 @@ from projections.asw import fold
 from projections.validate import validate
 from tests.cli.conftest import DEMO_END_US, DEMO_SEED
 from volfsm.cli import app
-from volfsm.demo import build_scenario, write_demo
+from volfsm.cli.demolog import build_scenario, write_demo
 
 END = "2024-05-01T03:10:00Z"
 

@@ -13,7 +13,7 @@ from events.tables import DEVICE_FSM, PODVOL_FSM
 from events.types import PodAdded
 from tests.cli.conftest import data_dir_args
 from volfsm.cli import app
-from volfsm.demo import DemoResult
+from volfsm.cli.demolog import DemoResult
 from volfsm.render import fmt_ts
 
 FIRST_TS = "2024-05-01T03:05:"  # the demo runs about five minutes up to 03:10:00Z

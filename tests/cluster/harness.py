@@ -32,7 +32,7 @@ from nats.aio.client import Client
 from events.subjects import command_subject
 from tests.service.helpers import ServeProcess
 from volfsm.bus import free_port
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EMPTY_DIR = "kubernetes.io~empty-dir"

@@ -51,7 +51,7 @@ from tests.helpers.csidriver import (
 )
 from tests.service.helpers import ServeProcess, expected_stream, read_stream
 from volfsm.cli import app
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 from volfsm.service.client import CommandFailedError, ServiceClient, ServiceUnreachableError, Target
 
 FAULT_LINE = "volfsm: fault point "

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from volfsm.desired.resolve import csi_volume_id
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 
 DRIVER = "csi.volfsm.dev"
 NAMESPACE = "crash"

@@ -19,7 +19,7 @@ import pytest
 from tests.csiplugin.hostile import HostileDriver
 from tests.helpers import csidriver as shared
 from tests.helpers.csidriver import Closeable, DriverProcess, StartDriver
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.csi.plugin import CsiPlugin
 
 DRIVER = "csi.volfsm.dev"

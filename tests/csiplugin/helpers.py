@@ -11,7 +11,7 @@ from typing import Any
 
 from events.types import VolumeSource
 from tests.helpers.csidriver import DriverProcess, create_volume
-from volfsm.layout import CSI_PLUGIN, RootLayout
+from volfsm.node.layout import CSI_PLUGIN, RootLayout
 from volfsm.plugins.base import BLOCK, FILESYSTEM, VolumeRequest
 from volfsm.plugins.csi.plugin import CsiPlugin
 

@@ -17,8 +17,8 @@ from tests.helpers.csidriver import (
     loops_of,
     mounts_at,
 )
-from volfsm import blockmap
-from volfsm.layout import RootLayout
+from volfsm.node import blockmap
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.base import ErrorClass, PluginError
 from volfsm.plugins.csi.paths import attachment_id
 from volfsm.plugins.csi.plugin import CsiPlugin

@@ -13,7 +13,7 @@ from tests.csiplugin.conftest import DRIVER, NODE, MakePlugin, StartDriver
 from tests.csiplugin.helpers import leftovers, new_volume, request, source
 from tests.helpers.csidriver import DriverProcess
 from volfsm.csi.v1 import csi_pb2
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.base import ErrorClass, PluginError
 from volfsm.plugins.csi.client import CsiClient, NodeCapabilities, wait_for_socket
 from volfsm.plugins.csi.plugin import CsiPlugin

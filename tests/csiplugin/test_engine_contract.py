@@ -14,7 +14,7 @@ from events.types import DesiredVolume
 from projections.asw import Asw
 from tests.csiplugin.helpers import source
 from volfsm.engine.operations import OperationGenerator
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.base import BLOCK
 from volfsm.plugins.csi.plugin import CsiPlugin
 

@@ -12,7 +12,7 @@ import pytest
 from tests.csiplugin.conftest import MakePlugin
 from tests.csiplugin.helpers import leftovers, new_volume, request
 from tests.helpers.csidriver import DriverProcess, mounts_at
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.base import ErrorClass, PluginError
 from volfsm.plugins.csi.errors import NON_GRPC_CODE, classify, code_name
 from volfsm.plugins.csi.plugin import CsiPlugin

@@ -14,7 +14,7 @@ from tests.csiplugin.helpers import (
     statvfs_bytes,
 )
 from tests.helpers.csidriver import DriverProcess
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.base import ErrorClass, PluginError
 from volfsm.plugins.csi.plugin import CsiPlugin
 

@@ -10,7 +10,7 @@ from tests.csiplugin.conftest import DRIVER, NODE, MakePlugin, StartDriver
 from tests.csiplugin.helpers import leftovers, new_volume, read_json, request, sha
 from tests.csiplugin.hostile import HostileDriver
 from tests.helpers.csidriver import DriverProcess, leftovers_under, loops_of, mounts_at
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.csi.paths import attachment_id
 from volfsm.plugins.csi.plugin import CsiPlugin
 

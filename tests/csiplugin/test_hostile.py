@@ -22,7 +22,7 @@ from tests.csiplugin.hostile import (
 )
 from tests.helpers.csidriver import mounts_at
 from volfsm.csi.v1 import csi_pb2
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.base import ErrorClass, PluginError
 from volfsm.plugins.csi.client import BAD_RESPONSE
 

@@ -13,7 +13,7 @@ from tests.csiplugin.helpers import leftovers, new_volume, request, source
 from tests.csiplugin.hostile import HostileDriver
 from tests.helpers.csidriver import DriverProcess
 from volfsm.csi.v1 import csi_pb2
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.base import ErrorClass, PluginError
 from volfsm.plugins.csi.client import CsiClient
 from volfsm.plugins.csi.redact import REDACTED, redacted

@@ -59,7 +59,7 @@ from events.types import (
     VolumeSource,
     VolumeUnmounted,
 )
-from volfsm.handler import CommandHandler
+from volfsm.engine.handler import CommandHandler
 
 NODE = "node-7"
 START_US = 1_714_533_000_000_000  # 2024-05-01T03:10:00Z

@@ -17,8 +17,8 @@ import pytest
 from events.log import EventLog
 from projections.asw import Asw, fold
 from tests.helpers.logcheck import assert_log_matches
-from volfsm import mounts
 from volfsm.engine import EngineConfig, VolumeEngine
+from volfsm.node import mounts
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.scripted import ScriptedPlugin
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from volfsm import mounts
 from volfsm.desired.resolve import empty_dir_volume_id
-from volfsm.layout import RootLayout
+from volfsm.node import mounts
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.base import VolumeRequest
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.emptydir import EmptyDirPlugin

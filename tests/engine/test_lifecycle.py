@@ -9,7 +9,7 @@ from pathlib import Path
 
 from events.streams import device_stream, podvol_stream
 from tests.helpers.logcheck import assert_log_matches
-from volfsm import mounts
+from volfsm.node import mounts
 from volfsm.plugins.scripted import ScriptedPlugin
 
 from .conftest import EngineFactory

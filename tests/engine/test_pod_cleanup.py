@@ -17,7 +17,7 @@ from events.types import PodCleanedUp
 from projections.asw import fold
 from volfsm.cli import app
 from volfsm.desired.resolve import inline_csi_volume_id
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.emptydir import EmptyDirPlugin
 from volfsm.plugins.scripted import ScriptedPlugin, final

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from volfsm import mounts
 from volfsm.engine import VolumeEngine
+from volfsm.node import mounts
 from volfsm.plugins.scripted import Outcome, ScriptedPlugin, final, nonfinal, ok, timeout, transient
 
 from .conftest import FAST, EngineFactory

@@ -11,7 +11,7 @@ from events.log import EventLog
 from events.streams import device_stream, podvol_stream
 from events.types import DeviceMountUncertain, VolumeMountUncertain
 from volfsm.engine import PodWaitTimeoutError
-from volfsm.handler import CommandHandler
+from volfsm.engine.handler import CommandHandler
 from volfsm.plugins.scripted import (
     Outcome,
     ScriptedPlugin,

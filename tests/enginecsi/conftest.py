@@ -28,7 +28,7 @@ from tests.helpers import csidriver as shared
 from tests.helpers.csidriver import Closeable, DriverProcess, StartDriver, call_passed
 from tests.helpers.logcheck import assert_log_matches
 from volfsm.engine import EngineConfig, VolumeEngine
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.csi.plugin import CsiPlugin
 

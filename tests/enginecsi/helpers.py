@@ -21,7 +21,7 @@ from events.types import (
 from tests.helpers.csidriver import DriverProcess, loop_devices, loops_of, mountinfo
 from volfsm.desired.resolve import csi_volume_id
 from volfsm.engine import VolumeEngine
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 
 DRIVER = "csi.volfsm.dev"
 NODE = "node-1"

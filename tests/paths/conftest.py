@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths.nodekit import Janitor, build_outside, snapshot
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-from volfsm import mounts
+from volfsm.node import mounts
 
 SYS_BLOCK = Path("/sys/block")
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.paths.nodekit import Janitor
-from volfsm import blockmap, mounts
-from volfsm.blockmap import BlockMapError
-from volfsm.layout import PathInUseError, RootLayout, UnsafePathError
+from volfsm.node import blockmap, mounts
+from volfsm.node.blockmap import BlockMapError
+from volfsm.node.layout import PathInUseError, RootLayout, UnsafePathError
 
 SPEC = "pv-block"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.paths.nodekit import Janitor, snapshot
-from volfsm import mounts
-from volfsm.dirsonly import A_MOUNT_POINT, SHOWN, first_kept, remove_dirs, remove_pod_dir
-from volfsm.layout import PathInUseError, RootLayout
+from volfsm.node import mounts
+from volfsm.node.dirsonly import A_MOUNT_POINT, SHOWN, first_kept, remove_dirs, remove_pod_dir
+from volfsm.node.layout import PathInUseError, RootLayout
 
 ED = "kubernetes.io~empty-dir"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from volfsm.layout import (
+from volfsm.node.layout import (
     RootLayout,
     UnsafePathError,
     escape_plugin_name,

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.paths.nodekit import Janitor
-from volfsm import mounts
-from volfsm.layout import RootLayout
-from volfsm.mounts import MountError, parse_mountinfo, parse_mountinfo_line, split_options
+from volfsm.node import mounts
+from volfsm.node.layout import RootLayout
+from volfsm.node.mounts import MountError, parse_mountinfo, parse_mountinfo_line, split_options
 
 # ------------------------------------------------------------------ parsing
 

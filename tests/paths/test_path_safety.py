@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from volfsm.dirsonly import remove_pod_dir
-from volfsm.layout import (
+from volfsm.node.dirsonly import remove_pod_dir
+from volfsm.node.layout import (
     RootLayout,
     UnsafePathError,
     component_problem,

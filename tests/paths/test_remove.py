@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.paths.nodekit import Janitor
-from volfsm import mounts
-from volfsm.layout import PathInUseError, RootLayout, UnsafePathError
+from volfsm.node import mounts
+from volfsm.node.layout import PathInUseError, RootLayout, UnsafePathError
 
 ED = "kubernetes.io~empty-dir"
 
@@ -135,7 +135,7 @@ def test_a_mount_missed_by_the_precheck_is_still_not_crossed(
         mounts.bind_mount(source, inner)
         precious = source / "precious"
     # Simulate a mount that appears after the mountinfo check (a race).
-    monkeypatch.setattr("volfsm.layout.mounts_under", lambda path: [])
+    monkeypatch.setattr("volfsm.node.layout.mounts_under", lambda path: [])
     with pytest.raises(PathInUseError, match="not crossing"):
         layout.remove_tree(volume)
     assert precious.exists()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from events.types import VolumeSource
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.base import (
     BLOCK,
     FILESYSTEM,

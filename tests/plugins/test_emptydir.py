@@ -11,9 +11,9 @@ import pytest
 
 from events.types import VolumeSource
 from tests.paths.nodekit import Janitor
-from volfsm import mounts
-from volfsm.dirsonly import remove_pod_dir
-from volfsm.layout import RootLayout
+from volfsm.node import mounts
+from volfsm.node.dirsonly import remove_pod_dir
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.base import BLOCK, FILESYSTEM, ErrorClass, PluginError, VolumeRequest
 from volfsm.plugins.emptydir import EmptyDirPlugin
 

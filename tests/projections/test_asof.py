@@ -10,7 +10,7 @@ from events.types import DeviceAttached, DeviceMounted, DeviceMountUncertain, Po
 from projections.asof import state_at_seq, state_at_time, until_seq, until_time
 from projections.asw import fold
 from tests.projections.builders import T0, History
-from volfsm.handler import CommandHandler
+from volfsm.engine.handler import CommandHandler
 
 S = 1_000_000
 DEV = device_stream("vol-1")

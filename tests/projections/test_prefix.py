@@ -19,8 +19,8 @@ from events.tables import TABLES
 from events.types import PodAdded, PodRemoved
 from projections.asof import state_at_seq, state_at_time
 from projections.asw import Asw, fold
-from volfsm.demo import build_scenario
-from volfsm.handler import CommandHandler
+from volfsm.cli.demolog import build_scenario
+from volfsm.engine.handler import CommandHandler
 
 Snapshot = dict[str, tuple[str, int]]
 

@@ -23,7 +23,7 @@ from events.types import (
 )
 from projections.timeline import build_timelines
 from tests.projections.builders import T0, History
-from volfsm.handler import CommandHandler
+from volfsm.engine.handler import CommandHandler
 
 S = 1_000_000
 DEV = device_stream("vol-1")

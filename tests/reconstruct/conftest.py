@@ -26,9 +26,9 @@ from tests.engine.conftest import FAST, _detach_loops_under
 from tests.helpers import csidriver as shared
 from tests.helpers.csidriver import Closeable, DriverProcess, StartDriver, call_passed
 from tests.helpers.logcheck import assert_log_matches
-from volfsm import mounts
 from volfsm.engine import EngineConfig, VolumeEngine
-from volfsm.layout import RootLayout
+from volfsm.node import mounts
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.csi.plugin import CsiPlugin
 from volfsm.plugins.emptydir import EmptyDirPlugin

@@ -16,7 +16,7 @@ from pathlib import Path
 from events.log import EventLog
 from tests.engine.conftest import FAST
 from volfsm.engine import VolumeEngine
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.emptydir import EmptyDirPlugin
 

@@ -13,9 +13,9 @@ import pytest
 
 from tests.engine.helpers import eventually, operations
 from tests.engine.objects import empty_dir_volume, pod
-from volfsm import mounts
 from volfsm.desired.errors import InvalidObjectError
 from volfsm.engine import VolumeEngine
+from volfsm.node import mounts
 
 from .conftest import GATED, Node, with_grace
 

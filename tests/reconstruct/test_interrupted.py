@@ -29,11 +29,11 @@ from events.types import (
 )
 from tests.engine.helpers import eventually
 from tests.engine.objects import empty_dir_volume, pod
-from volfsm import mounts
 from volfsm.cli import app
 from volfsm.desired.resolve import csi_volume_id
+from volfsm.engine.handler import CommandHandler
 from volfsm.engine.reconstruct import INTERRUPTED
-from volfsm.handler import CommandHandler
+from volfsm.node import mounts
 from volfsm.plugins.scripted import ScriptedPlugin, final, hang
 
 from .conftest import GATED, NODE, Node

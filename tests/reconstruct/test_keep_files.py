@@ -14,10 +14,10 @@ from tests.engine.helpers import eventually
 from tests.engine.objects import empty_dir_volume, pod
 from tests.helpers.csidriver import DriverProcess, create_volume, mounts_at
 from tests.paths.nodekit import snapshot
-from volfsm import mounts
 from volfsm.cli.ops import recovery_lines
 from volfsm.desired.resolve import csi_volume_id
 from volfsm.engine.reconstruct import ORPHAN_CLEANUP, REASON_FOUND
+from volfsm.node import mounts
 
 from .conftest import CSI_DRIVER, GATED, Node
 from .test_log_lost import csi_pod, csi_pv

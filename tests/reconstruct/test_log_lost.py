@@ -11,9 +11,9 @@ from events.streams import pod_stream
 from tests.engine.helpers import eventually
 from tests.engine.objects import empty_dir_volume, pod
 from tests.helpers.csidriver import DriverProcess, create_volume, mounts_at
-from volfsm import mounts
 from volfsm.desired.resolve import csi_volume_id
 from volfsm.engine.reconstruct import REASON_FOUND
+from volfsm.node import mounts
 
 from .conftest import CSI_DRIVER, GATED, Node
 

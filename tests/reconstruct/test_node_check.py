@@ -10,8 +10,8 @@ from tests.engine.objects import claim_volume, empty_dir_volume, pod, pv_set, vo
 from tests.enginecsi.helpers import pv as csi_block_pv
 from tests.enginecsi.helpers import pvc as csi_block_pvc
 from tests.helpers.csidriver import DriverProcess, create_volume, mounts_at
-from volfsm import blockmap, mounts
 from volfsm.desired.resolve import csi_volume_id
+from volfsm.node import blockmap, mounts
 from volfsm.plugins.scripted import ScriptedPlugin
 
 from .conftest import CSI_DRIVER, GATED, Node

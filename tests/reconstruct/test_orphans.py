@@ -8,9 +8,9 @@ from pathlib import Path
 from events.types import OperationFailed, OperationStarted, OperationSucceeded
 from tests.engine.helpers import eventually
 from tests.engine.objects import claim_volume, empty_dir_volume, pod, pv_set
-from volfsm import mounts
 from volfsm.cli.ops import recovery_lines
 from volfsm.engine.reconstruct import ORPHAN_CLEANUP
+from volfsm.node import mounts
 from volfsm.plugins.scripted import ScriptedPlugin
 
 from .conftest import GATED, Node

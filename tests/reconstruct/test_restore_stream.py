@@ -16,8 +16,8 @@ from pathlib import Path
 from events.types import Envelope
 from tests.reconstruct.test_service import EMPTY, cli, make_nats, mem_pod, serves
 from tests.service.helpers import ServeProcess, expected_stream, read_stream
-from volfsm import mounts
 from volfsm.bus import NatsServer
+from volfsm.node import mounts
 
 __all__ = ["make_nats", "serves"]  # fixtures
 

@@ -30,9 +30,9 @@ from tests.helpers.csidriver import Closeable, DriverProcess, StartDriver, creat
 from tests.reconstruct.test_log_lost import csi_pod, csi_pv
 from tests.reconstruct.test_service import cli, make_nats
 from tests.service.helpers import ServeProcess
-from volfsm import mounts
 from volfsm.bus import NatsServer
-from volfsm.rootdir import LOST_REPLACED, MARK_NAME, META_DIR, RootMark
+from volfsm.node import mounts
+from volfsm.node.rootdir import LOST_REPLACED, MARK_NAME, META_DIR, RootMark
 
 from .conftest import CSI_DRIVER
 

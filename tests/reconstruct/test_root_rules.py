@@ -1,4 +1,4 @@
-"""Whose root dir is it: the start rules (`volfsm.rootdir.decide`), the lock and the mark files.
+"""Whose root dir is it: the start rules (`volfsm.node.rootdir.decide`), the lock and the mark.
 
 Pure decisions on `RootContent` first, then `RootDir` on real directories:
 a second holder is refused naming the first, a foreign root dir is refused
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from volfsm.rootdir import (
+from volfsm.node.rootdir import (
     LOST_ADOPTED,
     LOST_FOUND,
     LOST_REPLACED,

@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 
 from tests.engine.objects import empty_dir_volume, pod
 from tests.service.helpers import ServeProcess, SyncNats, unmount_under
-from volfsm import mounts
 from volfsm.bus import NatsServer, free_port
 from volfsm.cli import app
 from volfsm.engine.reconstruct import REASON_FOUND, ReconstructionReport, Reconstructor
+from volfsm.node import mounts
 from volfsm.service.config import settings_from
 from volfsm.service.serve import NodeService
 

@@ -28,8 +28,8 @@ from nats.js.api import DeliverPolicy
 from events.codec import envelope_to_json
 from events.log import EventLog
 from events.subjects import events_subject, msg_id, node_events_filter
-from volfsm import mounts
 from volfsm.bus import free_port
+from volfsm.node import mounts
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NODE = "n1"

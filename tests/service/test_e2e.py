@@ -18,11 +18,11 @@ from projections.validate import validate
 from tests.helpers.csidriver import MIB, DriverProcess, create_volume, mounts_at
 from tests.service.conftest import MakeServe
 from tests.service.helpers import EXAMPLES, expected_stream, read_stream
-from volfsm import mounts
 from volfsm.bus import NatsServer
 from volfsm.cli import app
 from volfsm.desired.resolve import csi_volume_id
-from volfsm.layout import RootLayout
+from volfsm.node import mounts
+from volfsm.node.layout import RootLayout
 
 SCRATCH_UID = "6f1c2a4e-0000-4000-8000-00000000e001"
 WEB_UID = "6f1c2a4e-0000-4000-8000-00000000c51a"

@@ -24,9 +24,9 @@ from typer.testing import CliRunner
 
 from tests.helpers.csidriver import cleanup_under
 from tests.service.helpers import EXAMPLES, REPO_ROOT, expected_stream, read_stream
-from volfsm import mounts
 from volfsm.bus import free_port
 from volfsm.cli import app
+from volfsm.node import mounts
 
 QS_NODE = "node-1"
 WEB_UID = "6f1c2a4e-0000-4000-8000-00000000c51a"

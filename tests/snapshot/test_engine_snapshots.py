@@ -61,7 +61,7 @@ class Node:
 
 
 def _layout(root: Path) -> Any:
-    from volfsm.layout import RootLayout
+    from volfsm.node.layout import RootLayout
 
     return RootLayout(root)
 

@@ -9,7 +9,7 @@ import typer
 from events.errors import LogOpenError
 from projections.textfmt import TIME_HELP
 from volfsm.cli.common import DataDirOpt, DbOpt, fail, parse_time
-from volfsm.demo import DEMO_NODE, LogNotEmptyError, write_demo
+from volfsm.cli.demolog import DEMO_NODE, LogNotEmptyError, write_demo
 from volfsm.paths import log_path
 from volfsm.render import fmt_ts, print_line
 

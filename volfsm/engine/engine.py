@@ -49,6 +49,7 @@ from volfsm.desired.plan import ApplyResult as ObjectResult
 from volfsm.desired.plan import flatten
 from volfsm.engine.config import EngineConfig
 from volfsm.engine.executor import Operation, OperationExecutor
+from volfsm.engine.handler import CommandHandler
 from volfsm.engine.index import EngineIndex
 from volfsm.engine.operations import (
     EXPAND_VOLUME,
@@ -71,8 +72,7 @@ from volfsm.engine.status import (
     pod_phase,
 )
 from volfsm.errors import VolfsmError
-from volfsm.handler import CommandHandler
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.base import PluginError, VolumePlugin
 
 log = logging.getLogger(__name__)

@@ -38,13 +38,13 @@ from typing import TypeVar
 
 from events.types import Body, OperationFailed, OperationStarted, OperationSucceeded
 from volfsm import faultpoints
+from volfsm.engine.handler import CommandHandler
 from volfsm.engine.pending import (
     AlreadyPendingError,
     ExponentialBackoffError,
     NestedPendingOperations,
     OperationKey,
 )
-from volfsm.handler import CommandHandler
 from volfsm.plugins.base import ErrorClass, PluginError
 
 log = logging.getLogger(__name__)

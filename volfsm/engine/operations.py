@@ -53,14 +53,15 @@ from events.types import (
     VolumeUnmounted,
 )
 from projections.asw import Asw
-from volfsm import blockmap, faultpoints, mounts
+from volfsm import faultpoints
 from volfsm.desired.quantity import format_bytes
-from volfsm.dirsonly import remove_dirs
 from volfsm.engine.executor import Operation, OperationExecutor
+from volfsm.engine.handler import CommandHandler
 from volfsm.engine.pending import EMPTY_POD
 from volfsm.errors import IllegalTransitionError, VolfsmError
-from volfsm.handler import CommandHandler
-from volfsm.layout import RootLayout, UnsafePathError
+from volfsm.node import blockmap, mounts
+from volfsm.node.dirsonly import remove_dirs
+from volfsm.node.layout import RootLayout, UnsafePathError
 from volfsm.plugins.base import BLOCK, ErrorClass, PluginError, VolumePlugin, VolumeRequest
 
 VOLUME_MOUNT = "volume_mount"

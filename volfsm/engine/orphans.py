@@ -14,7 +14,7 @@ is cleaned up once (`OrphanCleaner`):
    a busy mount fails and is reported); an unmount leaves the mounted
    source's data as it is;
 2. its empty directories are removed bottom up, on one filesystem
-   (`volfsm.dirsonly.remove_dirs`). A file, symlink, socket, fifo or device
+   (`volfsm.node.dirsonly.remove_dirs`). A file, symlink, socket, fifo or device
    node is kept, and so is anything on another filesystem.
 
 The attempt is recorded as an `orphan_cleanup` operation on the pod-volume
@@ -55,12 +55,12 @@ from events.types import (
     OperationSucceeded,
     PodAdded,
 )
-from volfsm import mounts
-from volfsm.dirsonly import DirsRemoval, remove_dirs
+from volfsm.engine.handler import CommandHandler
 from volfsm.engine.operations import OperationGenerator
 from volfsm.errors import VolfsmError
-from volfsm.handler import CommandHandler
-from volfsm.layout import (
+from volfsm.node import mounts
+from volfsm.node.dirsonly import DirsRemoval, remove_dirs
+from volfsm.node.layout import (
     CSI_PLUGIN,
     PathInUseError,
     RootLayout,

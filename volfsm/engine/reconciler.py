@@ -57,7 +57,6 @@ from events.streams import pod_stream
 from events.tables import ATTACHED, GLOBALLY_MOUNTED, MOUNTED, UNCERTAIN, UNMOUNTED
 from events.types import DesiredVolume, PodAdded, PodCleanedUp
 from projections.asw import Asw
-from volfsm.dirsonly import remove_pod_dir
 from volfsm.engine.config import EngineConfig
 from volfsm.engine.executor import Operation, OperationExecutor
 from volfsm.engine.index import HOLDING, EngineIndex
@@ -66,7 +65,8 @@ from volfsm.engine.pending import NestedPendingOperations
 from volfsm.engine.rwop import RwopGuard
 from volfsm.errors import VolfsmError
 from volfsm.gate import GATE_OPEN, GATE_UNTIL_TOLD, GATE_UNTIL_TOLD_OR_GRACE
-from volfsm.layout import RootLayout
+from volfsm.node.dirsonly import remove_pod_dir
+from volfsm.node.layout import RootLayout
 from volfsm.plugins.base import PluginError
 
 log = logging.getLogger(__name__)

@@ -104,13 +104,13 @@ from events.types import (
     VolumeSource,
 )
 from projections.asw import Asw, OperationRecord
-from volfsm import mounts
 from volfsm.desired.resolve import (
     csi_volume_id,
     empty_dir_volume_id,
     ephemeral_volume_handle,
     inline_csi_volume_id,
 )
+from volfsm.engine.handler import CommandHandler
 from volfsm.engine.index import HOLDING, EngineIndex
 from volfsm.engine.operations import (
     MAP_VOLUME,
@@ -130,8 +130,8 @@ from volfsm.engine.orphans import (
 )
 from volfsm.errors import VolfsmError
 from volfsm.faultpoints import hit
-from volfsm.handler import CommandHandler
-from volfsm.layout import (
+from volfsm.node import mounts
+from volfsm.node.layout import (
     BLOCK_DATA,
     BLOCK_GLOBAL_MAP,
     BLOCK_PUBLISH,
@@ -151,7 +151,7 @@ from volfsm.layout import (
     unescape_plugin_name,
     volume_handle_dir_name,
 )
-from volfsm.mounts import MountInfo
+from volfsm.node.mounts import MountInfo
 from volfsm.plugins.base import BLOCK, FILESYSTEM, PluginError
 from volfsm.plugins.csi.client import valid_driver_name
 from volfsm.plugins.emptydir import MEDIUM_MEMORY

@@ -59,9 +59,9 @@ from events.types import EVENT_TYPES, Envelope
 from projections.asw import Asw, Hook
 from projections.snapshot import AswSnapshot, restore_asw, snapshot_asw
 from volfsm.desired.dsw import DesiredStateOfWorld, DswSnapshot
+from volfsm.engine.handler import CommandHandler
 from volfsm.engine.index import EngineIndex, IndexSnapshot
 from volfsm.engine.splitfold import SPLIT_OVER, fold_split
-from volfsm.handler import CommandHandler
 
 _logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ registration), and `find` picks it by ``source.driver``.
 from __future__ import annotations
 
 from events.types import VolumeSource
-from volfsm.layout import CSI_PLUGIN
+from volfsm.node.layout import CSI_PLUGIN
 from volfsm.plugins.base import ErrorClass, PluginError, VolumePlugin
 
 PLUGIN_NOT_FOUND = "PluginNotFound"

@@ -43,9 +43,9 @@ import stat
 from pathlib import Path
 
 from events.types import VolumeSource
-from volfsm import mounts
-from volfsm.dirsonly import Kept, first_kept, remove_dirs
-from volfsm.layout import (
+from volfsm.node import mounts
+from volfsm.node.dirsonly import Kept, first_kept, remove_dirs
+from volfsm.node.layout import (
     EMPTY_DIR_PLUGIN,
     PathInUseError,
     RootLayout,

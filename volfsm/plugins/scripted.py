@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from events.types import VolumeSource
-from volfsm.layout import CSI_PLUGIN, RootLayout, volume_handle_dir_name
+from volfsm.node.layout import CSI_PLUGIN, RootLayout, volume_handle_dir_name
 from volfsm.plugins.base import (
     BLOCK,
     ErrorClass,

@@ -101,7 +101,7 @@ class ServeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     adopt_root_dir: bool = False
     """Claim a root dir volfsm cannot prove is its own (no mark, another node's mark).
 
-    Without it such a root dir is refused (`volfsm.rootdir`). With it the root
+    Without it such a root dir is refused (`volfsm.node.rootdir`). With it the root
     dir is marked as this node's and handled as after a lost log: nothing
     found in it is unmounted or removed until `volfsm apply --complete`.
     """
@@ -250,7 +250,7 @@ class Settings:
     restore_from_stream: bool = False
     """Copy this node's events the log lacks back from the stream (`volfsm.service.restore`)."""
     adopt_root_dir: bool = False
-    """Claim a root dir without this node's mark (`volfsm.rootdir`); handled as after a lost log."""
+    """Claim a root dir without this node's mark (`volfsm.node.rootdir`): as after a lost log."""
 
     @property
     def log_path(self) -> Path:

@@ -3,7 +3,7 @@
 Start, in this order:
 
 0. refuse at once, touching nothing, if another service holds the root dir
-   (`volfsm.rootdir`: one volfsm per root dir);
+   (`volfsm.node.rootdir`: one volfsm per root dir);
 1. the HTTP server (so /healthz answers while the log is being read);
 2. open the event log (the data dir is locked: one service per data dir),
    then claim the root dir: lock it for the life of the service and check
@@ -67,11 +67,11 @@ from volfsm.bus.relay import Relay, RelayConfig
 from volfsm.engine import EngineConfig, VolumeEngine
 from volfsm.errors import VolfsmError
 from volfsm.gate import LIFT, gate_text
-from volfsm.layout import RootLayout
+from volfsm.node.layout import RootLayout
+from volfsm.node.rootdir import RootClaim, RootDir, RootDirError
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.csi.plugin import CsiPlugin
 from volfsm.plugins.emptydir import EmptyDirPlugin
-from volfsm.rootdir import RootClaim, RootDir, RootDirError
 from volfsm.service.config import NATS_URL_FILENAME, NODE_FILENAME, Settings
 from volfsm.service.intake import CommandIntake, CommandProcessor
 from volfsm.service.metrics import ServiceMetrics, Snapshot
@@ -322,7 +322,7 @@ class NodeService:
             raise ServiceStartError(str(exc)) from None
 
     def _claim_root(self, root: RootDir, log: EventLog) -> RootClaim:
-        """Lock the root dir and check its mark against the log (see `volfsm.rootdir`)."""
+        """Lock the root dir and check its mark against the log (see `volfsm.node.rootdir`)."""
 
         def knows_pod(uid: str) -> bool:
             return log.has_stream(pod_stream(uid)) or log.has_stream(

@@ -16,8 +16,8 @@ from pathlib import Path
 from loguru import logger
 
 from volfsm.errors import VolfsmError
-from volfsm.layout import PathInUseError, RootLayout
-from volfsm.mounts import mounts_under
+from volfsm.node.layout import PathInUseError, RootLayout
+from volfsm.node.mounts import mounts_under
 
 FILE_MODE = 0o640
 

@@ -25,7 +25,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from volfsm.layout import BLOCK_DATA, VOL_DATA, RootLayout
+from volfsm.node.layout import BLOCK_DATA, VOL_DATA, RootLayout
 from volfsm.plugins.base import ErrorClass, PluginError, VolumeRequest
 
 LIFECYCLE_PERSISTENT = "Persistent"

@@ -33,9 +33,9 @@ from pathlib import Path
 from loguru import logger
 
 from events.types import VolumeSource
-from volfsm.dirsonly import first_kept
 from volfsm.errors import VolfsmError
-from volfsm.layout import CSI_PLUGIN, RootLayout
+from volfsm.node.dirsonly import first_kept
+from volfsm.node.layout import CSI_PLUGIN, RootLayout
 from volfsm.plugins.base import (
     BLOCK,
     ErrorClass,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from loguru import logger
 
-from volfsm.mounts import MountInfo, find_mount
+from volfsm.node.mounts import MountInfo, find_mount
 from volfsm.plugins.base import MountResult
 
 MOUNT = "mount"

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from volfsm.errors import VolfsmError
-from volfsm.layout import PLUGINS, PODS
+from volfsm.node.layout import PLUGINS, PODS
 
 META_DIR = ".volfsm"
 """Hidden dir in the root dir holding the lock and the mark."""

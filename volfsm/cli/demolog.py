@@ -49,8 +49,8 @@ from events.types import (
     VolumeSource,
     VolumeUnmounted,
 )
+from volfsm.engine.handler import CommandHandler
 from volfsm.errors import VolfsmError
-from volfsm.handler import CommandHandler
 
 DEMO_NODE = "demo-node"
 CSI_DRIVER = "csi.volfsm.example"

@@ -26,8 +26,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from volfsm.layout import PathInUseError, RootLayout, UnsafePathError, fd_mount_id
-from volfsm.mounts import mounts_under
+from volfsm.node.layout import PathInUseError, RootLayout, UnsafePathError, fd_mount_id
+from volfsm.node.mounts import mounts_under
 
 SHOWN = 20
 """How many kept entries a result lists by path (the rest are counted)."""

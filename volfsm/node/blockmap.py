@@ -38,9 +38,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from volfsm import mounts
 from volfsm.errors import VolfsmError
-from volfsm.layout import PathInUseError, RootLayout, UnsafePathError, safe_component
+from volfsm.node import mounts
+from volfsm.node.layout import PathInUseError, RootLayout, UnsafePathError, safe_component
 
 SYS_BLOCK = Path("/sys/block")
 LOSETUP = "losetup"

@@ -34,7 +34,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from volfsm.errors import VolfsmError
-from volfsm.mounts import MountInfo, mounts_under
+from volfsm.node.mounts import MountInfo, mounts_under
 
 CSI_PLUGIN = "kubernetes.io/csi"
 EMPTY_DIR_PLUGIN = "kubernetes.io/empty-dir"

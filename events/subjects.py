@@ -43,6 +43,14 @@ def node_events_filter(node: str) -> str:
     return f"{PREFIX}.{check_token(node, 'node')}.events.>"
 
 
+def event_subject_node(subject: str) -> str | None:
+    """The node an event subject `volfsm.<node>.events.<Type>` belongs to (None: not one)."""
+    tokens = subject.split(".")
+    if len(tokens) < 4 or tokens[0] != PREFIX or tokens[2] != "events" or not tokens[1]:
+        return None
+    return tokens[1]
+
+
 def command_subject(node: str, verb: str) -> str:
     """Request subject of command `verb` on `node`."""
     return f"{PREFIX}.{check_token(node, 'node')}.cmd.{check_token(verb, 'command verb')}"

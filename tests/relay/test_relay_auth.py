@@ -24,8 +24,11 @@ RELAY_API = [
     f"$JS.API.STREAM.INFO.{STREAM}",
     f"$JS.API.STREAM.CREATE.{STREAM}",
     f"$JS.API.STREAM.UPDATE.{STREAM}",
-    f"$JS.API.STREAM.MSG.GET.{STREAM}",
+    f"$JS.API.DIRECT.GET.{STREAM}.>",
 ]
+"""A relay that manages its stream; its direct gets are not limited to its own node here,
+so that publishing as another node gets as far as the publish (the `node` role's own
+limits: tests/relay/test_roles_refused.py)."""
 
 
 def users_config(node: str = NODE) -> str:
@@ -59,6 +62,27 @@ async def test_restricted_user_publishes_every_event(
     await append_events(event_log, 300, relay=relay)
     await assert_stream_matches_log(relay, event_log, auth_server.url, **READER)
     assert relay.counters.timeouts == 0
+
+
+async def test_the_permissions_recommended_before_the_roles_still_work(
+    make_server: MakeServer, event_log: EventLog, make_relay: MakeRelay
+) -> None:
+    """The service's old list (`$JS.API.>`, `_INBOX.>`): the relay creates the stream, publishes."""
+    conf = """
+authorization {
+  users = [
+    {user: volfsm, password: s, permissions: {
+      publish: {allow: ["volfsm.n1.events.>", "$JS.API.>", "_INBOX.>"]},
+      subscribe: {allow: ["volfsm.n1.cmd.>", "_INBOX.>"]}}},
+    {user: reader, password: reader-secret}
+  ]
+}
+"""
+    server = make_server("nats-old-list", config_text=conf)
+    relay = make_relay(server.url, user="volfsm", password="s")
+    await relay.start()
+    await append_events(event_log, 30, relay=relay)
+    await assert_stream_matches_log(relay, event_log, server.url, **READER)
 
 
 async def test_relay_without_credentials_is_refused_clearly(

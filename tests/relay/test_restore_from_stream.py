@@ -1,4 +1,10 @@
-"""`restore_from_stream`: the node's events copied back from a real JetStream, or refused."""
+"""`restore_from_stream`: the node's events copied back from a real JetStream, or refused.
+
+`js` is the restoring node's connection and `admin_js` the one that damages
+the stream for a test (purge, delete, publish a copy): the same here;
+`test_node_role_suite.py` runs these tests with the `node` role's
+credentials for `js` only.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +31,11 @@ async def js(nats_server: NatsServer) -> AsyncIterator[JetStreamContext]:
     await nc.close()
 
 
+@pytest.fixture
+def admin_js(js: JetStreamContext) -> JetStreamContext:
+    return js
+
+
 async def published(make_relay: MakeRelay, url: str, log: EventLog, n: int) -> None:
     """Append n events to `log` and let a relay put them all in the stream."""
     await append_events(log, n)
@@ -48,11 +59,11 @@ async def test_more_than_one_chunk_comes_back_in_order(
 
 
 async def test_events_dropped_by_retention_cannot_be_restored(
-    tmp_path: Path, nats_server: NatsServer, js: JetStreamContext, event_log: EventLog,
-    make_relay: MakeRelay,
+    tmp_path: Path, nats_server: NatsServer, js: JetStreamContext, admin_js: JetStreamContext,
+    event_log: EventLog, make_relay: MakeRelay,
 ) -> None:  # fmt: skip
     await published(make_relay, nats_server.url, event_log, 40)
-    await js.purge_stream(STREAM, keep=30)  # what max_msgs or max_age would do
+    await admin_js.purge_stream(STREAM, keep=30)  # what max_msgs or max_age would do
     with EventLog(tmp_path / "new.db", node=NODE) as new:
         with pytest.raises(
             LogRestoreError,
@@ -76,13 +87,13 @@ async def test_events_dropped_by_retention_cannot_be_restored(
 
 
 async def test_a_copy_the_stream_holds_twice_is_taken_once(
-    tmp_path: Path, nats_server: NatsServer, js: JetStreamContext, event_log: EventLog,
-    make_relay: MakeRelay,
+    tmp_path: Path, nats_server: NatsServer, js: JetStreamContext, admin_js: JetStreamContext,
+    event_log: EventLog, make_relay: MakeRelay,
 ) -> None:  # fmt: skip
     # Arrange: seq 5 published again after its duplicate window (another msg id)
     await published(make_relay, nats_server.url, event_log, 12)
     [fifth] = list(event_log.read_after(4, 5))
-    await js.publish(
+    await admin_js.publish(
         events_subject(NODE, fifth.type), envelope_to_json(fifth), headers={"Nats-Msg-Id": "x"}
     )
 
@@ -96,12 +107,12 @@ async def test_a_copy_the_stream_holds_twice_is_taken_once(
 
 
 async def test_a_hole_in_the_middle_keeps_what_came_before_it(
-    tmp_path: Path, nats_server: NatsServer, js: JetStreamContext, event_log: EventLog,
-    make_relay: MakeRelay,
+    tmp_path: Path, nats_server: NatsServer, js: JetStreamContext, admin_js: JetStreamContext,
+    event_log: EventLog, make_relay: MakeRelay,
 ) -> None:  # fmt: skip
     # Arrange: the stream lost node seq 8 (its message deleted)
     await published(make_relay, nats_server.url, event_log, 12)
-    await js.delete_msg(STREAM, 8)  # stream seq 8 is node seq 8: one node, published in order
+    await admin_js.delete_msg(STREAM, 8)  # stream seq 8 is node seq 8: one node, published in order
 
     # Act / Assert
     with EventLog(tmp_path / "new.db", node=NODE) as new:

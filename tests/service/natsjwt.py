@@ -20,6 +20,8 @@ from typing import Any
 
 import nkeys
 
+from volfsm.bus.roles import Permissions
+
 HEADER = {"typ": "JWT", "alg": "ed25519-nkey"}
 UNLIMITED_ACCOUNT = {
     "subs": -1,
@@ -137,10 +139,13 @@ class JwtAuth:
         publish: Sequence[str] | None = None,
         subscribe: Sequence[str] | None = None,
         account: nkeys.KeyPair | None = None,
+        responses: bool = False,
     ) -> Path:
         """Write `<name>.creds` for a new user of the account (or `account`), with permissions.
 
-        None for `publish` / `subscribe` leaves that direction unrestricted.
+        None for `publish` / `subscribe` leaves that direction unrestricted;
+        `responses` lets it answer each request it receives once (nsc's
+        `--allow-pub-response`).
         """
         user = new_key(nkeys.PREFIX_BYTE_USER)
         claims: dict[str, Any] = {"type": "user", "subs": -1, "data": -1, "payload": -1}
@@ -148,8 +153,20 @@ class JwtAuth:
             claims["pub"] = {"allow": list(publish)}
         if subscribe is not None:
             claims["sub"] = {"allow": list(subscribe)}
+        if responses:
+            claims["resp"] = {"max": 1, "ttl": 0}
         user_jwt = sign_jwt(account or self.account, public(user), name, claims)
         path = self.workdir / f"{name}.creds"
         path.write_text(creds_text(user_jwt, bytes(user.seed)))
         path.chmod(0o600)
         return path
+
+
+def role_creds(auth: JwtAuth, name: str, perms: Permissions) -> Path:
+    """`<name>.creds` for a user with one role's permissions (`volfsm.bus.roles`)."""
+    return auth.user_creds(
+        name,
+        publish=perms.publish,
+        subscribe=perms.subscribe,
+        responses=perms.allow_responses,
+    )

@@ -3,7 +3,9 @@
 `relay`: publish the log to the event stream, exactly once, in order;
 `server`: run a real nats-server; `connect`: one connection attempt without
 nats-py's reconnect; `stream`: create/check the event stream and read a
-node's position in it; `errors`: setup errors that need an operator.
+node's position in it; `history`: read a node's events back; `roles`: what
+each side (node, client, aggregator, admin) may do on NATS; `errors`: setup
+errors that need an operator.
 """
 
 from volfsm.bus.connect import connect_once, is_refusal

@@ -7,15 +7,18 @@ the new connection is up, out of order with anything lost in the old socket.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from volfsm.bus.errors import NatsAuthError
+from volfsm.bus.errors import NatsAuthError, NatsDeniedError
+
+T = TypeVar("T")
 
 OWNED_OPTIONS = frozenset(
     {
@@ -150,3 +153,51 @@ def refused(url: str, exc: BaseException) -> NatsAuthError:
         f"NATS at {url} refused the connection ({exc or type(exc).__name__}): check the "
         "user/password, token, creds file or TLS settings"
     )
+
+
+class Denials:
+    """Permission violations the server reports on one connection.
+
+    A request the server denies gets no reply, only an asynchronous error
+    (to the connection's `error_cb`): the request would wait for its
+    timeout and look like an outage. Feed `note` from the `error_cb`, and
+    run the requests under `guard`, which fails as soon as one is denied.
+    """
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self.text = ""
+
+    def note(self, exc: BaseException) -> bool:
+        """Record `exc` if it is a permissions violation; whether it was."""
+        text = str(exc) or type(exc).__name__
+        if "permissions violation" not in text.lower():
+            return False
+        self.text = text
+        self._event.set()
+        return True
+
+    @property
+    def denied(self) -> bool:
+        """Whether a violation was noted since the last `clear`."""
+        return self._event.is_set()
+
+    def clear(self) -> None:
+        """Forget what was noted (a new connection or a new step)."""
+        self._event.clear()
+        self.text = ""
+
+    async def guard(self, work: Awaitable[T]) -> T:
+        """Await `work`; `NatsDeniedError` as soon as a violation is noted (`work` cancelled)."""
+        task = asyncio.ensure_future(work)
+        waiter = asyncio.ensure_future(self._event.wait())
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not task.done():
+                task.cancel()
+            await asyncio.gather(task, waiter, return_exceptions=True)
+        if self.denied and (task.cancelled() or task.exception() is not None):
+            raise NatsDeniedError(self.text)
+        return task.result()

@@ -13,3 +13,11 @@ class NatsAuthError(NatsSetupError):
 
 class StreamConfigError(NatsSetupError):
     """A JetStream stream cannot be created, or exists with settings that cannot be used."""
+
+
+class NatsDeniedError(NatsSetupError):
+    """The server denied one of our requests (a permissions violation); `text` is its error."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(f"NATS denied a request: {text}")
+        self.text = text

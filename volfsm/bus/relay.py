@@ -29,6 +29,15 @@ How it stays exactly-once and in order, whatever NATS does:
   messages it had not synced, or the stream was recreated) and the stream
   has no limits that could have removed them, the relay rewinds and
   republishes the missing tail: the log is the source of truth.
+
+What it needs from NATS is the `node` role (`volfsm.bus.roles`): publish on
+its own subjects, stream info, and a direct get of the last message on its
+own subjects. Its replies come on its node's inbox prefix. With
+`manage_stream` it also creates the stream or updates its settings (the
+embedded server, or a credential allowed to); without, it only checks the
+stream. A request the server denies during set-up (a permissions
+violation) fails the session at once with what to change, instead of
+waiting for a timeout.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,13 +60,15 @@ from events.errors import LogClosedError
 from events.log import EventLog, row_to_envelope
 from events.subjects import check_token, events_subject, node_events_filter
 from volfsm import faultpoints
-from volfsm.bus.connect import OWNED_OPTIONS, connect_once
-from volfsm.bus.errors import NatsAuthError, NatsSetupError, StreamConfigError
+from volfsm.bus.connect import OWNED_OPTIONS, Denials, connect_once
+from volfsm.bus.errors import NatsAuthError, NatsDeniedError, NatsSetupError, StreamConfigError
+from volfsm.bus.roles import node_inbox_prefix
 from volfsm.bus.stream import (
     MSG_ID_HEADER,
-    ensure_event_stream,
+    STREAM_CREATE_HINT,
     last_node_seq,
     may_drop_messages,
+    setup_event_stream,
 )
 
 __all__ = [
@@ -128,6 +139,9 @@ class RelayConfig:
     stream: str = "VOLFSM"
     replicas: int = 1
     duplicate_window_s: float = 120.0
+    manage_stream: bool = True
+    """Create the stream if missing and update its settings (needs stream-management rights);
+    False: only check it and change nothing (the `node` role)."""
     max_inflight: int = 256
     """Publishes awaiting a PubAck at once."""
     publish_timeout_s: float = 5.0
@@ -140,7 +154,9 @@ class RelayConfig:
     cursor_name: str | None = None
     """The log cursor of acknowledged events (default ``relay:<stream>``)."""
     connect_options: dict[str, Any] = field(default_factory=dict)
-    """Passed to nats-py's connect (credentials, TLS, name); not the reconnect options."""
+    """Passed to nats-py's connect (credentials, TLS, name); not the reconnect options.
+
+    `inbox_prefix` defaults to the node's (`_INBOX.node.<node>`)."""
 
 
 class Relay:
@@ -183,7 +199,8 @@ class Relay:
         self.backoff_initial_s = cfg.backoff_initial_s
         self.backoff_max_s = cfg.backoff_max_s
         self.cursor_name = cfg.cursor_name or f"relay:{cfg.stream}"
-        self.connect_options = dict(cfg.connect_options)
+        self.manage_stream = cfg.manage_stream
+        self.connect_options = {"inbox_prefix": node_inbox_prefix(node), **cfg.connect_options}
         self.counters = RelayCounters()
         self.last_error: str | None = None
         """The most recent reason publishing stopped or could not start (None once healthy)."""
@@ -199,6 +216,7 @@ class Relay:
         self._epoch = 0
         self._failure: str | None = None
         self._session_error: str | None = None
+        self._denials = Denials()
         self._ready = False
         self._stopping = False
         self._cursor_stop = False
@@ -368,11 +386,11 @@ class Relay:
         self._epoch += 1
         self._failure = None
         self._session_error = None
+        self._denials.clear()
         nc = await self._connect(self._epoch)
         try:
             js = nc.jetstream(timeout=max(self.publish_timeout_s, 1.0))
-            await self._ensure_stream(js)
-            await self._reconcile(js)
+            await self._unless_denied(self._prepare(js))
         except BaseException:
             self._epoch += 1  # the close below is ours, not a failure to report
             await self._close(nc)
@@ -390,14 +408,42 @@ class Relay:
         )
         return nc
 
+    async def _prepare(self, js: JetStreamContext) -> None:
+        await self._ensure_stream(js)
+        await self._reconcile(js)
+
+    async def _unless_denied(self, setup: Awaitable[None]) -> None:
+        """Run `setup`; StreamConfigError as soon as the server denies one of its requests."""
+        try:
+            await self._denials.guard(setup)
+        except NatsDeniedError as exc:
+            raise StreamConfigError(self._denial_text(exc.text.lower())) from None
+
+    def _denial_text(self, text: str) -> str:
+        fix = STREAM_CREATE_HINT.format(stream=self.stream)
+        if self.manage_stream and ("stream.create" in text or "stream.update" in text):
+            return (
+                f"NATS denied creating or updating stream {self.stream} ({text}): this "
+                f"credential may not manage streams. Create the stream with `{fix}` and the admin "
+                "credential, and start this node with --stream-setup check"
+            )
+        return (
+            f"NATS denied a request the relay needs ({text}): the credential lacks a permission "
+            f"of the node role for node {self.node} and stream {self.stream} (see "
+            "deploy/nats/roles/)"
+        )
+
     async def _connect(self, epoch: int) -> NATS:
         async def on_error(exc: Exception) -> None:
-            if epoch != self._epoch or not self._ready:
+            if epoch != self._epoch:
+                return
+            if not self._ready:
+                self._denials.note(exc)
                 return
             self._session_error = str(exc) or type(exc).__name__
             if "permissions violation" in self._session_error.lower():
                 # A denied publish gets no PubAck: say why now instead of timing out.
-                self._fail(epoch, f"NATS denied a publish: {self._session_error}")
+                self._fail(epoch, f"NATS denied a request: {self._session_error}")
             else:
                 self.last_error = f"NATS error: {self._session_error}"
                 self._log.warning("NATS error: {}", exc)
@@ -418,8 +464,13 @@ class Relay:
         )
 
     async def _ensure_stream(self, js: JetStreamContext) -> None:
-        setup = await ensure_event_stream(
-            js, self.stream, replicas=self.replicas, duplicate_window_s=self.duplicate_window_s
+        setup = await setup_event_stream(
+            js,
+            self.stream,
+            node=self.node,
+            manage=self.manage_stream,
+            replicas=self.replicas,
+            duplicate_window_s=self.duplicate_window_s,
         )
         if setup.created:
             self._log.info("created JetStream stream {}", self.stream)

@@ -27,6 +27,7 @@ from volfsm.cli import (
     replay,
     serve,
     state,
+    stream,
     timeline,
     validate,
 )
@@ -47,6 +48,7 @@ COMMAND_GROUPS: tuple[Callable[[typer.Typer], None], ...] = (
     demo.register,
     serve.register,
     ops.register,
+    stream.register,
     replay.register,
     diff.register,
     explain.register,

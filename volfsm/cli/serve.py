@@ -77,6 +77,16 @@ def serve(
     duplicate_window: Annotated[
         float | None, _opt("Stream duplicate window, seconds. Default 120.", PANEL_NATS)
     ] = None,
+    stream_setup: Annotated[
+        str | None,
+        _opt(
+            "create: create the stream if missing and update its settings (needs "
+            "stream-management rights); check: the node role, only check it (`volfsm stream "
+            "create` makes it). Default create; with --nats only.",
+            PANEL_NATS,
+            "create|check",
+        ),
+    ] = None,
     max_command_bytes: Annotated[
         int | None, _opt("Largest command accepted, bytes. Default 4 MiB.", PANEL_NATS)
     ] = None,
@@ -168,6 +178,7 @@ def serve(
         "stream": stream,
         "stream_replicas": stream_replicas,
         "duplicate_window": duplicate_window,
+        "stream_setup": stream_setup,
         "max_command_bytes": max_command_bytes,
         "csi": csi,
         "csi_timeout": csi_timeout,

@@ -26,6 +26,7 @@ from nats.aio.client import Client as NATS
 from events.subjects import SubjectError, check_token, command_subject
 from volfsm.bus.connect import connect_once
 from volfsm.bus.errors import NatsAuthError
+from volfsm.bus.roles import CLIENT_INBOX_PREFIX
 from volfsm.errors import VolfsmError
 from volfsm.paths import data_dir as default_data_dir
 from volfsm.service.config import (
@@ -138,7 +139,7 @@ class ServiceClient:
                 disconnected_cb=ignore,
                 closed_cb=ignore,
                 name="volfsm-cli",
-                **self.target.options,
+                **{"inbox_prefix": CLIENT_INBOX_PREFIX, **self.target.options},
             )
         except NatsAuthError as exc:
             raise ServiceUnreachableError(

@@ -20,7 +20,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -79,6 +79,10 @@ class ServeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     stream_replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
     duplicate_window: Positive = 120.0
     """The stream's duplicate window in seconds."""
+    stream_setup: Literal["create", "check"] = "create"
+    """create: create the stream if missing and update its settings (needs stream-management
+    rights, as with the embedded server); check: the `node` role, only check it and change
+    nothing (`volfsm stream create` with the admin credential makes it)."""
     drain_grace: Annotated[float, msgspec.Meta(ge=0)] = 10.0
     """Seconds running operations may take to finish on SIGTERM, and the relay to flush."""
     desired_grace: Annotated[float, msgspec.Meta(ge=0)] = 30.0
@@ -251,6 +255,8 @@ class Settings:
     """Copy this node's events the log lacks back from the stream (`volfsm.service.restore`)."""
     adopt_root_dir: bool = False
     """Claim a root dir without this node's mark (`volfsm.node.rootdir`): as after a lost log."""
+    stream_setup: str = "create"
+    """"create" the stream / update its settings, or only "check" it (the `node` role)."""
 
     @property
     def log_path(self) -> Path:
@@ -400,6 +406,11 @@ def resolve(layered: Layered) -> Settings:
         raise ConfigError(
             "NATS credentials or TLS options need --nats URL (the embedded server has no auth)"
         )
+    if nats_url is None and cfg.stream_setup == "check":
+        raise ConfigError(
+            f"{layered.where('stream_setup')} needs --nats URL (with the embedded server the "
+            "service creates its stream)"
+        )
     return Settings(
         node=node,
         data_dir=data_dir,
@@ -422,6 +433,7 @@ def resolve(layered: Layered) -> Settings:
         fault_point=fault_point,
         restore_from_stream=cfg.restore_from_stream,
         adopt_root_dir=cfg.adopt_root_dir,
+        stream_setup=cfg.stream_setup,
     )
 
 

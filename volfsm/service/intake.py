@@ -19,6 +19,13 @@ service: `CommandProcessor.handle` catches everything and answers.
 
 `CommandProcessor` is the pure part (bytes in, bytes out, against an
 engine); `CommandIntake` is its NATS connection, which reconnects forever.
+
+A command is a request: a message without a reply subject, or whose reply
+subject is JetStream's (`$JS.`...), is not run. That is how a JetStream
+push consumer delivers stored messages, to any subject its creator names,
+whatever that creator may publish: without this rule a credential allowed
+to create a consumer could replay a crafted message it stored on its own
+subjects as a command to this node.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ from volfsm.engine import ApplyResult, EngineNotRunningError, PodStatus, VolumeS
 from volfsm.errors import InvalidObjectError
 
 VERBS = ("apply", "delete", "get")
+JETSTREAM_REPLY_PREFIX = "$JS."
+"""Reply subjects of JetStream deliveries (acks, flow control): such a message is no request."""
 
 # Error codes of `{"ok": false, "error": {"code": ...}}`.
 MALFORMED_JSON = "MalformedJson"
@@ -388,11 +397,16 @@ class CommandIntake:
     async def _on_msg(self, msg: Msg) -> None:
         try:
             verb = self.processor.verb_of(msg.subject)
+            if not msg.reply or msg.reply.startswith(JETSTREAM_REPLY_PREFIX):
+                self._log.warning(
+                    "ignored a message on {} that is not a request (reply subject {!r}): commands"
+                    " must be sent with a reply subject",
+                    msg.subject[:200],
+                    msg.reply[:200],
+                )
+                return
             reply = await self.processor.handle(verb, msg.data)
-            if msg.reply:
-                await msg.respond(reply)
-            else:
-                self._log.info("command {} had no reply subject; answer dropped", verb[:64])
+            await msg.respond(reply)
         except Exception:
             self._log.exception("could not answer a command on {}", msg.subject[:200])
 

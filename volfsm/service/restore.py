@@ -14,6 +14,10 @@ stream's copy of the log's last event differs from the log's or is gone
 (nothing to check against), or the stream no longer holds the events right
 after the log's end (retention dropped them; then only purging the node's
 subjects is left).
+
+It reads the stream with the `node` role's rights only (`volfsm.bus.roles`):
+a direct get of the node's last event and one consumer filtered on the
+node's own subjects.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from nats.js import JetStreamContext
 from events.log import EventLog
 from events.types import Envelope
 from volfsm.bus.history import node_history
-from volfsm.bus.stream import last_node_seq
+from volfsm.bus.stream import last_node_seq, setup_event_stream
 from volfsm.errors import VolfsmError
 
 RESTORE_CHUNK = 10_000
@@ -113,3 +117,25 @@ async def restore_from_stream(
     if pending:
         restored += await asyncio.to_thread(log.restore, pending)
     return RestoreResult(local_last, in_stream, restored)
+
+
+async def prepare_and_restore(
+    log: EventLog,
+    js: JetStreamContext,
+    stream: str,
+    node: str,
+    *,
+    manage: bool,
+    replicas: int,
+    duplicate_window_s: float,
+) -> RestoreResult:
+    """Set the stream up as the relay will (create/update it, or only check it), then restore."""
+    await setup_event_stream(
+        js,
+        stream,
+        node=node,
+        manage=manage,
+        replicas=replicas,
+        duplicate_window_s=duplicate_window_s,
+    )
+    return await restore_from_stream(log, js, stream, node)

@@ -61,9 +61,10 @@ from events.log import EventLog
 from events.streams import pod_stream, podvol_stream
 from events.types import Envelope, OperationFailed, OperationStarted, OperationSucceeded
 from volfsm.bus import NatsServer
-from volfsm.bus.connect import connect_once
+from volfsm.bus.connect import Denials, connect_once
 from volfsm.bus.errors import NatsSetupError
 from volfsm.bus.relay import Relay, RelayConfig
+from volfsm.bus.roles import node_inbox_prefix
 from volfsm.engine import EngineConfig, VolumeEngine
 from volfsm.errors import VolfsmError
 from volfsm.gate import LIFT, gate_text
@@ -75,7 +76,7 @@ from volfsm.plugins.emptydir import EmptyDirPlugin
 from volfsm.service.config import NATS_URL_FILENAME, NODE_FILENAME, Settings
 from volfsm.service.intake import CommandIntake, CommandProcessor
 from volfsm.service.metrics import ServiceMetrics, Snapshot
-from volfsm.service.restore import LogRestoreError, restore_from_stream
+from volfsm.service.restore import LogRestoreError, prepare_and_restore
 from volfsm.web.exposition import metrics_response
 from volfsm.web.http import HttpServer, Response
 
@@ -254,6 +255,7 @@ class NodeService:
                 stream=s.stream,
                 replicas=s.stream_replicas,
                 duplicate_window_s=s.duplicate_window,
+                manage_stream=s.stream_setup != "check",
                 connect_options={"name": f"volfsm-{s.node}-relay", **s.nats_options},
             ),
         )
@@ -359,20 +361,34 @@ class NodeService:
         async def ignore(*_: object) -> None:
             return None
 
+        denials = Denials()
+
+        async def on_error(exc: Exception) -> None:
+            denials.note(exc)
+
         try:
             nc = await connect_once(
                 self.nats_url,
                 connect_timeout_s=RESTORE_CONNECT_TIMEOUT_S,
-                error_cb=ignore,
+                error_cb=on_error,
                 disconnected_cb=ignore,
                 closed_cb=ignore,
                 name=f"volfsm-{s.node}-restore",
-                **s.nats_options,
+                **{"inbox_prefix": node_inbox_prefix(s.node), **s.nats_options},
             )
         except (NatsSetupError, ConnectionError) as exc:
             raise ServiceStartError(f"--restore-from-stream: {exc}") from None
         try:
-            result = await restore_from_stream(self.log, nc.jetstream(), s.stream, s.node)
+            restoring = prepare_and_restore(
+                self.log,
+                nc.jetstream(),
+                s.stream,
+                s.node,
+                manage=s.stream_setup != "check",
+                replicas=s.stream_replicas,
+                duplicate_window_s=s.duplicate_window,
+            )
+            result = await denials.guard(restoring)
         except (LogRestoreError, RestoreError, NatsSetupError, nats.errors.Error) as exc:
             raise ServiceStartError(f"--restore-from-stream: {exc}") from None
         finally:

@@ -224,3 +224,20 @@ def test_adopt_root_dir_is_off_unless_asked(tmp_path: Path) -> None:
     toml.write_text("adopt_root_dir = true\n")
     assert settings_from(base, config_file=toml, environ={}).adopt_root_dir is True
     assert settings_from({**base, "adopt_root_dir": True}, environ={}).adopt_root_dir is True
+
+
+def test_every_option_is_declared_once_and_reaches_the_command_line() -> None:
+    """Each `ServeConfig` field is a `volfsm serve` option with its declared help."""
+    import typer.main
+
+    from volfsm.cli import app
+    from volfsm.service.config import FIELDS, option_name
+
+    command = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
+    options = {opt: param for param in command.params for opt in param.opts}
+    for key, declared in FIELDS.items():
+        meta = declared.__metadata__[0]
+        assert meta.description, f"{key} has no help"
+        param = options[option_name(key)]
+        assert param.help == meta.description
+        assert param.default is None  # unset on the command line: env, file, default apply

@@ -20,7 +20,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
@@ -39,7 +39,26 @@ NATS_URL_FILENAME = "nats.url"
 DEFAULT_MAX_COMMAND_BYTES = 4 << 20
 LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL")
 
-Positive = Annotated[float, msgspec.Meta(gt=0)]
+PANEL_NATS = "NATS"
+PANEL_ENGINE = "Engine"
+
+
+def option(
+    help_text: str,
+    *,
+    panel: str | None = None,
+    metavar: str | None = None,
+    **constraints: Any,
+) -> msgspec.Meta:
+    """One option's declaration: its help (also its documentation), help panel and checks.
+
+    `ServeConfig` is the only place a `volfsm serve` option is declared: the
+    field gives its name (`--csi-timeout`, `VOLFSM_CSI_TIMEOUT`, TOML
+    `csi_timeout`), type, default and checks, and this metadata its help;
+    `volfsm.cli.serve` builds the command line from it.
+    """
+    extra = {k: v for k, v in (("panel", panel), ("metavar", metavar)) if v is not None}
+    return msgspec.Meta(description=help_text, extra=extra, **constraints)
 
 
 class ConfigError(VolfsmError):
@@ -47,72 +66,134 @@ class ConfigError(VolfsmError):
 
 
 class ServeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Every `volfsm serve` option; empty strings mean "not set" (defaults apply)."""
+    """Every `volfsm serve` option, declared once; empty strings mean "not set"."""
 
-    node: str = ""
-    """Node name (a NATS subject token). Default: the host name."""
-    data_dir: str = str(DEFAULT_DATA_DIR)
-    """Directory of the event log, the embedded NATS store, nats.url and node files."""
-    root_dir: str = ""
-    """Kubelet-style root dir (pods/, plugins/). Default: <data-dir>/root."""
-    nats: str = ""
-    """NATS server URL(s), comma-separated. Default: an embedded JetStream server."""
-    nats_user: str = ""
-    nats_password: str = ""
-    nats_token: str = ""
-    nats_creds: str = ""
-    """A NATS .creds file (JWT + NKey seed)."""
-    nats_tls_ca: str = ""
-    nats_tls_cert: str = ""
-    nats_tls_key: str = ""
-    csi: list[str] = []
-    """CSI drivers as NAME=unix:///PATH.sock."""
-    http: str = ""
-    """HOST:PORT for /metrics, /healthz and /readyz. Default: no HTTP server."""
-    csi_timeout: Positive = 120.0
-    """Seconds each plugin call (CSI RPC) may take."""
-    backoff_initial: Positive = 0.5
-    backoff_max: Positive = 122.0
-    reconcile_period: Positive = 0.1
-    stream: str = "VOLFSM"
-    """JetStream stream that receives the events."""
-    stream_replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
-    duplicate_window: Positive = 120.0
-    """The stream's duplicate window in seconds."""
-    stream_setup: Literal["create", "check"] = "create"
-    """create: create the stream if missing and update its settings (needs stream-management
-    rights, as with the embedded server); check: the `node` role, only check it and change
-    nothing (`volfsm stream create` with the admin credential makes it)."""
-    drain_grace: Annotated[float, msgspec.Meta(ge=0)] = 10.0
-    """Seconds running operations may take to finish on SIGTERM, and the relay to flush."""
-    desired_grace: Annotated[float, msgspec.Meta(ge=0)] = 30.0
-    """Seconds after start before unmounts may start if nobody ran `apply --complete`.
-
-    The kubelet unmounts nothing until its pod sources are synced (a few
-    seconds after start); volfsm's pods come from whoever drives it, which
-    must reconnect to NATS and re-send them. 30 s covers that on a loaded
-    node. Only with an intact log: after a lost log, an adopted root dir, or
-    when reconstruction finds volumes the log does not know, only `apply
-    --complete` opens the gate. 0: at once.
-    """
-    max_command_bytes: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MAX_COMMAND_BYTES
-    """Largest command payload accepted; bigger ones get a PayloadTooLarge reply."""
-    log_level: str = "INFO"
-    fault_point: str = ""
-    """Crash testing: SIGKILL this process at POINT[/QUALIFIER...][@N][+SECONDS] (off)."""
-    restore_from_stream: bool = False
-    """Put back the events the log lacks from the JetStream stream before starting."""
-    adopt_root_dir: bool = False
-    """Claim a root dir volfsm cannot prove is its own (no mark, another node's mark).
-
-    Without it such a root dir is refused (`volfsm.node.rootdir`). With it the root
-    dir is marked as this node's and handled as after a lost log: nothing
-    found in it is unmounted or removed until `volfsm apply --complete`.
-    """
+    node: Annotated[str, option("Node name. Default: the data dir's, else the host name.")] = ""
+    data_dir: Annotated[
+        str, option("Data dir: the event log, embedded NATS store. Default /var/lib/volfsm.")
+    ] = str(DEFAULT_DATA_DIR)
+    root_dir: Annotated[
+        str,
+        option(
+            "Kubelet-style root dir (pods/, plugins/), locked and marked as this node's. "
+            "Default <data-dir>/root. Never a kubelet's."
+        ),
+    ] = ""
+    nats: Annotated[
+        str,
+        option(
+            "NATS URL(s), comma-separated. Default: start an embedded JetStream server on "
+            "loopback.",
+            panel=PANEL_NATS,
+        ),
+    ] = ""
+    nats_user: Annotated[str, option("NATS user (with --nats-password).", panel=PANEL_NATS)] = ""
+    nats_password: Annotated[str, option("NATS password.", panel=PANEL_NATS)] = ""
+    nats_token: Annotated[str, option("NATS token.", panel=PANEL_NATS)] = ""
+    nats_creds: Annotated[
+        str, option("NATS .creds file (JWT + NKey seed).", panel=PANEL_NATS, metavar="FILE")
+    ] = ""
+    nats_tls_ca: Annotated[
+        str, option("CA bundle for NATS TLS.", panel=PANEL_NATS, metavar="FILE")
+    ] = ""
+    nats_tls_cert: Annotated[
+        str, option("Client certificate for NATS TLS.", panel=PANEL_NATS, metavar="FILE")
+    ] = ""
+    nats_tls_key: Annotated[
+        str, option("Client key for NATS TLS.", panel=PANEL_NATS, metavar="FILE")
+    ] = ""
+    stream: Annotated[
+        str, option("JetStream stream for the events. Default VOLFSM.", panel=PANEL_NATS)
+    ] = "VOLFSM"
+    stream_replicas: Annotated[
+        int, option("Replicas of the stream. Default 1.", panel=PANEL_NATS, ge=1, le=5)
+    ] = 1
+    duplicate_window: Annotated[
+        float, option("Stream duplicate window, seconds. Default 120.", panel=PANEL_NATS, gt=0)
+    ] = 120.0
+    stream_setup: Annotated[
+        Literal["create", "check"],
+        option(
+            "create: create the stream if missing and update its settings (needs "
+            "stream-management rights); check: the node role, only check it (`volfsm stream "
+            "create` makes it). Default create; with --nats only.",
+            panel=PANEL_NATS,
+            metavar="create|check",
+        ),
+    ] = "create"
+    max_command_bytes: Annotated[
+        int,
+        option("Largest command accepted, bytes. Default 4 MiB.", panel=PANEL_NATS, ge=1024),
+    ] = DEFAULT_MAX_COMMAND_BYTES
+    csi: Annotated[
+        list[str],
+        option("A CSI driver as NAME=unix:///PATH.sock (repeat for more).", panel=PANEL_ENGINE),
+    ] = []
+    csi_timeout: Annotated[
+        float, option("Seconds each CSI call may take. Default 120.", panel=PANEL_ENGINE, gt=0)
+    ] = 120.0
+    backoff_initial: Annotated[
+        float,
+        option("Backoff after a first failure, seconds. Default 0.5.", panel=PANEL_ENGINE, gt=0),
+    ] = 0.5
+    backoff_max: Annotated[
+        float, option("Backoff cap, seconds. Default 122.", panel=PANEL_ENGINE, gt=0)
+    ] = 122.0
+    reconcile_period: Annotated[
+        float,
+        option("Seconds between reconcile passes. Default 0.1.", panel=PANEL_ENGINE, gt=0),
+    ] = 0.1
+    drain_grace: Annotated[
+        float,
+        option(
+            "On SIGTERM: seconds for running operations and the relay flush. Default 10.",
+            panel=PANEL_ENGINE,
+            ge=0,
+        ),
+    ] = 10.0
+    desired_grace: Annotated[
+        float,
+        option(
+            "Seconds after start before unmounts may start unless told earlier with "
+            "`volfsm apply --complete`; only with an intact log (after a lost log only "
+            "`apply --complete` lets them start). Default 30; 0: at once.",
+            panel=PANEL_ENGINE,
+            ge=0,
+        ),
+    ] = 30.0
+    http: Annotated[str, option("HOST:PORT for /metrics, /healthz, /readyz. Default: off.")] = ""
+    log_level: Annotated[str, option("TRACE..CRITICAL. Default INFO.")] = "INFO"
+    restore_from_stream: Annotated[
+        bool,
+        option(
+            "The log was lost or is an older backup: first copy this node's events it lacks "
+            "back from the JetStream stream.",
+            panel=PANEL_ENGINE,
+        ),
+    ] = False
+    adopt_root_dir: Annotated[
+        bool,
+        option(
+            "Claim a root dir that has no volfsm mark of this node (its pods unknown to the "
+            "log): handled as after a lost log, nothing in it is unmounted or removed until "
+            "`volfsm apply --complete`. Never for a root dir a kubelet uses.",
+            panel=PANEL_ENGINE,
+        ),
+    ] = False
+    fault_point: Annotated[
+        str,
+        option(
+            "Crash testing: SIGKILL this process at a fault point, e.g. driver.after/set_up, "
+            "append.after/OperationSucceeded@2, driver.during+0.5 (see the README). "
+            "Default: off.",
+            panel=PANEL_ENGINE,
+        ),
+    ] = ""
 
 
 FIELDS: dict[str, Any] = {f.name: f.type for f in msgspec.structs.fields(ServeConfig)}
-LIST_FIELDS = frozenset(name for name, tp in FIELDS.items() if tp == list[str])
+"""Each option's type, with its `option` metadata (checks, help)."""
+LIST_FIELDS = frozenset(name for name, tp in FIELDS.items() if get_args(tp)[0] == list[str])
 
 
 def option_name(key: str) -> str:

@@ -12,8 +12,14 @@ BLOCK_REFUSING_DRIVER = "fs-only.csi.example.com"
 UNKNOWN_DRIVER = "missing.csi.example.com"
 
 
+SERVED_PLUGINS = ("kubernetes.io/csi", "kubernetes.io/empty-dir")
+
+
 def can_serve(source: VolumeSource, volume_mode: str) -> str | None:
-    """A plugin check like the engine's: one driver is unknown, one cannot do Block."""
+    """A plugin check like the engine's: CSI and emptyDir only, one driver is unknown, one
+    cannot do Block."""
+    if source.plugin not in SERVED_PLUGINS:
+        return f"no volume plugin {source.plugin!r}"
     if source.driver == UNKNOWN_DRIVER:
         return f"no CSI driver {source.driver} registered"
     if source.driver == BLOCK_REFUSING_DRIVER and volume_mode == "Block":

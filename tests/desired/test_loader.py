@@ -37,8 +37,8 @@ spec:
 def test_multi_document_yaml_text() -> None:
     objects = load_objects(MULTI)
     assert [o["kind"] for o in objects] == ["PersistentVolume", "Pod"]
-    # Kubernetes-shaped: quantities and timestamps stay strings.
-    assert objects[0]["spec"]["capacity"]["storage"] == "1e9"
+    # Numbers as kubectl reads them (go-yaml: 1e9 is a number); timestamps stay strings.
+    assert objects[0]["spec"]["capacity"]["storage"] == 1e9
     assert objects[1]["metadata"]["creationTimestamp"] == "2024-05-01T10:00:00Z"
     json.dumps(objects)
 

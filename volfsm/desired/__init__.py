@@ -1,7 +1,8 @@
-"""Desired state: Kubernetes-shaped objects, their validation and the DSW."""
+"""Desired state: Kubernetes-shaped objects (`objects`, `kinds`, `volumes`), how kubectl reads
+them (`loader`, `normalize`), their validation, the apply plan and the DSW."""
 
 from volfsm.desired.dsw import DesiredStateOfWorld, PodVolume
-from volfsm.desired.errors import InvalidObjectError, LoadError
+from volfsm.desired.errors import InvalidObjectError, InvalidObjectsError, LoadError
 from volfsm.desired.loader import load_objects, parse_objects
 from volfsm.desired.plan import ApplyPlan, ApplyResult, DesiredChange
 from volfsm.desired.quantity import parse_quantity, quantity_to_bytes
@@ -23,6 +24,7 @@ __all__ = [
     "DesiredChange",
     "DesiredStateOfWorld",
     "InvalidObjectError",
+    "InvalidObjectsError",
     "LoadError",
     "PodVolume",
     "csi_volume_id",

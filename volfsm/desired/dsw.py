@@ -31,7 +31,13 @@ from events.types import (
 )
 from volfsm.desired.errors import InvalidObjectError
 from volfsm.desired.objects import PersistentVolume, PersistentVolumeClaim
-from volfsm.desired.plan import ApplyPlan, ApplyResult, DesiredChange, plan_apply
+from volfsm.desired.plan import (
+    ApplyPlan,
+    ApplyResult,
+    DesiredChange,
+    StoredLookup,
+    plan_apply,
+)
 from volfsm.desired.resolve import CanServe
 
 __all__ = [
@@ -91,19 +97,51 @@ class DesiredStateOfWorld:
 
     # -------------------------------------------------------------- planning
 
-    def plan_apply(self, objects: Sequence[Mapping[str, Any]]) -> ApplyPlan:
+    def plan_apply(
+        self, objects: Sequence[Mapping[str, Any]], stored: StoredLookup | None = None
+    ) -> ApplyPlan:
         """Validate every object and plan the events; mutates nothing.
 
         Raises InvalidObjectError naming the object and field (a pod for
-        another node than `node_name` too). Applying objects that change
-        nothing gives a plan without changes.
+        another node than `node_name` too; every problem at once). Applying
+        objects that change nothing gives a plan without changes. `stored`
+        is the node's object store: uids and content hashes come from it.
         """
-        return plan_apply(objects, self, self.can_serve, self.node_name)
+        return plan_apply(objects, self, self.can_serve, self.node_name, stored)
 
     def commit_objects(self, plan: ApplyPlan) -> None:
         """Remember the plan's PVs and PVCs (after its changes were recorded)."""
         self._pvs.update(plan.pvs)
         self._pvcs.update(plan.pvcs)
+
+    def remember(
+        self,
+        pvs: Sequence[PersistentVolume] = (),
+        claims: Sequence[PersistentVolumeClaim] = (),
+    ) -> None:
+        """Remember PVs and PVCs kept from earlier applies (the object store, at start)."""
+        self._pvs.update((pv.metadata.name, pv) for pv in pvs)
+        self._pvcs.update((pvc.key, pvc) for pvc in claims)
+
+    def forget_volume(self, name: str) -> None:
+        """Forget a PV (deleted)."""
+        self._pvs.pop(name, None)
+
+    def forget_claim(self, namespace: str, name: str) -> None:
+        """Forget a PVC (deleted)."""
+        self._pvcs.pop((namespace, name), None)
+
+    def pods_using(self, *, pv_name: str = "", claim: tuple[str, str] | None = None) -> list[str]:
+        """'namespace/name' of the desired pods using a PV (by name) or a claim."""
+        found = []
+        for pod in self.pods.values():
+            for vol in pod.volumes:
+                if (pv_name and vol.pv_name == pv_name) or (
+                    claim is not None and vol.claim_name == claim[1] and pod.namespace == claim[0]
+                ):
+                    found.append(f"{pod.namespace}/{pod.name}")
+                    break
+        return found
 
     def plan_delete_pod(
         self, *, uid: str | None = None, namespace: str | None = None, name: str | None = None

@@ -1,37 +1,156 @@
 """Reading Kubernetes-shaped objects from YAML/JSON files, directories, stdin or text.
 
 Multi-document YAML, JSON lists and `kind: List` objects are all spread into
-one flat list of dicts. Timestamps stay strings (the objects stay
-JSON-shaped, so they can be sent over the bus as they are).
+one flat list of dicts, JSON-shaped (so they can be sent over the bus as
+they are).
+
+Scalars are read the way `kubectl` reads them (sigs.k8s.io/yaml over
+go-yaml v2), so a manifest kubectl accepts means the same here:
+
+* numbers as go-yaml resolves them: `0644` and `0o644` are octal (420),
+  `0x1F`, `0b101`, `1_000` and `1e3` are numbers; YAML 1.1 base-60 numbers
+  (`1:30`) are strings;
+* timestamps stay strings;
+* booleans are YAML 1.2's: only `true`/`false` (any case kubectl takes);
+  `yes`/`no`/`on`/`off`/`y`/`n` stay strings. kubectl turns them into
+  booleans, which the API server then refuses in every string field and
+  takes in boolean fields: `volfsm.desired.normalize` reads those words as
+  booleans in boolean fields, so both cases mean what kubectl means;
+* a plain mapping key is the text as written (`on:` is the key "on", where
+  kubectl would make it "true");
+* `!!binary` values are refused (kubectl refuses them too).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 from volfsm.desired.errors import LoadError
 
 SUFFIXES = (".yaml", ".yml", ".json")
-_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+_NULL_TAG = "tag:yaml.org,2002:null"
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_REPLACED = {
+    _NULL_TAG,
+    _BOOL_TAG,
+    _INT_TAG,
+    _FLOAT_TAG,
+    "tag:yaml.org,2002:timestamp",
+    "tag:yaml.org,2002:value",
+}
+_NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
+_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_INT = re.compile(r"^[-+]?(?:0[xX][0-9a-fA-F_]+|0[bB][01_]+|0[oO][0-7_]+|[0-9][0-9_]*)$")
+_FLOAT = re.compile(
+    r"^(?:[-+]?(?:\.[0-9_]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+_GO_INT_RANGE = (-(2**63), 2**64)
+"""What go-yaml reads as an integer (int64 or uint64); anything bigger becomes a float."""
+
+
+def _go_int(text: str) -> int | float:
+    """An integer as Go's strconv.ParseInt(text, 0, 64) after removing '_' (go-yaml v2)."""
+    plain = text.replace("_", "")
+    sign = -1 if plain.startswith("-") else 1
+    digits = plain.lstrip("+-")
+    prefix = digits[:2].lower()
+    try:
+        if prefix in ("0x", "0b", "0o"):
+            value = int(digits[2:], {"0x": 16, "0b": 2, "0o": 8}[prefix])
+        elif len(digits) > 1 and digits.startswith("0"):
+            value = int(digits, 8)
+        else:
+            value = int(digits, 10)
+    except ValueError:  # "08", "09": not octal; go-yaml falls back to a float
+        return float(plain)
+    value *= sign
+    low, high = _GO_INT_RANGE
+    return value if low <= value < high else float(value)
+
+
+def _go_float(text: str) -> float:
+    plain = text.replace("_", "")
+    lowered = plain.lower().lstrip("+")
+    if lowered in (".inf", "-.inf", ".nan"):
+        return float(lowered.replace(".", ""))
+    return float(plain)
+
 
 class _ObjectLoader(_BaseLoader):  # type: ignore[valid-type,misc]
-    """A safe loader that leaves timestamps as strings."""
+    """A safe loader with kubectl's scalars (see the module docstring)."""
+
+    def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
+        """A mapping whose plain scalar keys are the text as written."""
+        if isinstance(node, MappingNode):
+            self.flatten_mapping(node)
+        mapping: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if isinstance(key_node, ScalarNode) and not key_node.style:  # plain ('' from libyaml)
+                key: Any = key_node.value
+            else:
+                key = self.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    "found a key that is not a scalar",
+                    key_node.start_mark,
+                ) from None
+            mapping[key] = self.construct_object(value_node, deep=deep)
+        return mapping
+
+    def construct_yaml_int(self, node: Node) -> int | float:
+        """go-yaml's integers: 0644 and 0o644 are octal."""
+        return _go_int(str(self.construct_scalar(node)))
+
+    def construct_yaml_float(self, node: Node) -> float:
+        """go-yaml's floats."""
+        return _go_float(str(self.construct_scalar(node)))
+
+    def construct_yaml_binary(self, node: Node) -> Any:
+        """Refused, as kubectl refuses it."""
+        raise yaml.constructor.ConstructorError(
+            None,
+            None,
+            "!!binary is not supported (kubectl refuses it too): put base64 text in "
+            "data or binaryData",
+            node.start_mark,
+        )
 
 
 _ObjectLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP_TAG]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _REPLACED]
     for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
 }
+for _tag, _regexp, _firsts in (
+    (_NULL_TAG, _NULL, ["~", "n", "N", ""]),
+    (_BOOL_TAG, _BOOL, list("tTfF")),
+    (_INT_TAG, _INT, list("-+0123456789")),
+    (_FLOAT_TAG, _FLOAT, list("-+.0123456789")),
+):
+    _ObjectLoader.add_implicit_resolver(_tag, _regexp, _firsts)
+_ObjectLoader.add_constructor(_INT_TAG, _ObjectLoader.construct_yaml_int)
+_ObjectLoader.add_constructor(_FLOAT_TAG, _ObjectLoader.construct_yaml_float)
+_ObjectLoader.add_constructor("tag:yaml.org,2002:binary", _ObjectLoader.construct_yaml_binary)
+assert _MERGE_TAG in {tag for rs in _ObjectLoader.yaml_implicit_resolvers.values() for tag, _ in rs}
 
 
 def load_objects(

@@ -1,26 +1,49 @@
 """Planning an apply: validate a whole batch, then work out the desired-state events.
 
-Planning is pure: it reads the desired state through `DesiredView` and
-returns an `ApplyPlan`; nothing changes until the caller records the plan's
+Planning is pure: it reads the desired state through `DesiredView` (and the
+node's object store through `StoredLookup`) and returns an `ApplyPlan`;
+nothing changes until the caller stores the plan's objects, records its
 events (and the DSW observes them) and commits its objects. The whole batch
-is checked before anything is planned, so an apply is all-or-nothing.
+is checked before anything is planned, so an apply is all-or-nothing, and
+every problem of every object is reported at once.
+
+What planning does as an API server would: a Pod without `metadata.uid`
+gets one (the uid of the pod of that namespace/name while it exists, else
+a new uuid4); so does any other object (the stored one's uid, else a new
+one); `metadata.namespace` missing is "default"; a Secret's `stringData`
+is merged into `data`. Objects of kinds a node does not run (Deployment,
+Service, ...) are not applied: they are listed in `ApplyPlan.skipped`.
 """
 
 from __future__ import annotations
 
+import base64
+import copy
+import dataclasses
+import re
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from events.streams import pod_stream
 from events.types import Body, DesiredSizeChanged, PodAdded, PodRemoved
-from volfsm.desired.errors import InvalidObjectError
+from volfsm.desired.errors import InvalidObjectError, Problems, flatten_problems, raise_all
+from volfsm.desired.kinds import (
+    ClusterTrustBundle,
+    ConfigMap,
+    CSIDriver,
+    Secret,
+    ServiceAccount,
+)
+from volfsm.desired.normalize import normalize
 from volfsm.desired.objects import (
+    KINDS,
     KubeObject,
     PersistentVolume,
     PersistentVolumeClaim,
     Pod,
-    decode_object,
+    decode_object_lenient,
 )
 from volfsm.desired.quantity import format_bytes
 from volfsm.desired.resolve import (
@@ -39,8 +62,18 @@ from volfsm.desired.validate import (
     validate_pv,
     validate_pvc,
 )
+from volfsm.desired.validate_kinds import (
+    validate_cluster_trust_bundle,
+    validate_config_map,
+    validate_csi_driver,
+    validate_secret,
+    validate_service_account,
+)
 
 _T = TypeVar("_T")
+
+ObjectKey = tuple[str, str, str]
+"""(kind, namespace, name); namespace "" for cluster-scoped kinds."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +92,7 @@ class ApplyResult:
     namespace: str
     name: str
     action: str
+    uid: str = ""
 
     def __str__(self) -> str:
         where = f"{self.namespace}/{self.name}" if self.namespace else self.name
@@ -66,13 +100,68 @@ class ApplyResult:
 
 
 @dataclass(frozen=True)
+class SkippedObject:
+    """An object of a kind a node does not run (Deployment, Service, ...): not applied."""
+
+    kind: str
+    api_version: str
+    namespace: str
+    name: str
+    where: str
+
+    def __str__(self) -> str:
+        group = self.api_version.split("/")[0] if "/" in self.api_version else ""
+        kind = f"{self.kind.lower()}.{group}" if group else self.kind.lower()
+        who = f"{self.namespace}/{self.name}" if self.namespace else (self.name or self.where)
+        version = self.api_version or "no apiVersion"
+        return f"{kind}/{who} skipped: a node does not run {self.kind} objects ({version})"
+
+
+@dataclass(frozen=True)
+class AppliedObject:
+    """One object of an apply as the node's object store keeps it.
+
+    `raw` is the object as applied, settled (`normalize`) and completed as an
+    API server would (uid, namespace; a Secret's stringData merged into
+    data). `content_hash` comes from the store's hasher ("" without one).
+    """
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    obj: KubeObject
+    raw: dict[str, Any]
+    content_hash: str = ""
+    action: str = "created"
+
+    @property
+    def key(self) -> ObjectKey:
+        """(kind, namespace, name)."""
+        return (self.kind, self.namespace, self.name)
+
+
+@dataclass(frozen=True)
 class ApplyPlan:
-    """The events an apply records, the PV/PVC objects to remember, and a per-object result."""
+    """The events an apply records, the objects to keep, and a result per object."""
 
     changes: list[DesiredChange] = field(default_factory=list)
     pvs: dict[str, PersistentVolume] = field(default_factory=dict)
     pvcs: dict[tuple[str, str], PersistentVolumeClaim] = field(default_factory=dict)
     results: list[ApplyResult] = field(default_factory=list)
+    objects: list[AppliedObject] = field(default_factory=list)
+    """Every object of the apply (pods too), each once, in the order given."""
+    skipped: list[SkippedObject] = field(default_factory=list)
+
+    @property
+    def pod_uids(self) -> set[str]:
+        """The uids of the apply's pods (as given or given to them)."""
+        return {o.uid for o in self.objects if o.kind == "Pod"}
+
+    @property
+    def stored_changes(self) -> list[AppliedObject]:
+        """The objects the store must write (created, configured or replaced)."""
+        return [o for o in self.objects if o.action != "unchanged"]
 
 
 class DesiredView(Protocol):
@@ -96,6 +185,25 @@ class DesiredView(Protocol):
         """A PVC remembered from an earlier apply."""
 
 
+@dataclass(frozen=True)
+class StoredInfo:
+    """What the object store holds under one key."""
+
+    uid: str
+    content_hash: str
+    obj: KubeObject
+
+
+class StoredLookup(Protocol):
+    """What planning reads from the node's object store (`volfsm.objects.ObjectStore`)."""
+
+    def stored_info(self, kind: str, namespace: str, name: str) -> StoredInfo | None:
+        """The stored object under (kind, namespace, name), or None."""
+
+    def content_hash(self, kind: str, raw: Mapping[str, Any]) -> str:
+        """The content hash of an object (keyed for Secrets)."""
+
+
 def flatten(objects: Sequence[Mapping[str, Any]]) -> list[tuple[str, object]]:
     """(where, raw object) for each object, the items of a `kind: List` spread out."""
     flat: list[tuple[str, object]] = []
@@ -114,14 +222,20 @@ def flatten(objects: Sequence[Mapping[str, Any]]) -> list[tuple[str, object]]:
 class _Batch:
     """The objects of one apply, deduplicated, looked up before remembered ones."""
 
-    def __init__(self, view: DesiredView) -> None:
+    def __init__(self, view: DesiredView, stored: StoredLookup | None) -> None:
         self.view = view
+        self.stored = stored
         self.pvs: dict[str, PersistentVolume] = {}
         self.pvcs: dict[tuple[str, str], PersistentVolumeClaim] = {}
         self.pods: dict[str, Pod] = {}
         self.pod_names: dict[tuple[str, str], str] = {}
-        self.objects: list[KubeObject] = []
+        self.others: dict[ObjectKey, KubeObject] = {}
+        self.objects: list[AppliedObject] = []
         self.where: dict[int, str] = {}
+        self.uids: dict[ObjectKey, str] = {}
+        """Uids given in this apply, so a repeated object gets the same one."""
+        self.bad_volumes: dict[str, set[int]] = {}
+        """Uid of a pod with problems -> the indices of its volumes they are about."""
 
     # ObjectLookup
     def claim(self, namespace: str, name: str) -> PersistentVolumeClaim | None:
@@ -132,14 +246,40 @@ class _Batch:
         found = self.pvs.get(name)
         return found if found is not None else self.view.persistent_volume(name)
 
-    def add(self, where: str, obj: KubeObject) -> None:
-        """Take one decoded object; an identical repeat is dropped, a different one rejected."""
+    def uid_for(self, key: ObjectKey) -> str:
+        """The uid an object without one gets: the existing object's, else a new uuid4."""
+        known = self.uids.get(key)
+        if known is not None:
+            return known
+        kind, namespace, name = key
+        existing = ""
+        if kind == "Pod":
+            pod = self.view.pod_by_name(namespace, name)
+            existing = pod.pod_uid if pod is not None else ""
+        elif kind == "PersistentVolume":
+            pv = self.view.persistent_volume(name)
+            existing = pv.metadata.uid if pv is not None else ""
+        elif kind == "PersistentVolumeClaim":
+            pvc = self.view.claim(namespace, name)
+            existing = pvc.metadata.uid if pvc is not None else ""
+        elif self.stored is not None:
+            info = self.stored.stored_info(kind, namespace, name)
+            existing = info.uid if info is not None else ""
+        uid = self.uids[key] = existing or str(uuid.uuid4())
+        return uid
+
+    def add(self, where: str, applied: AppliedObject) -> bool:
+        """Take one object; False if it repeats one already taken (identical: dropped).
+
+        A different object under the same key is rejected.
+        """
+        obj = applied.obj
         if isinstance(obj, PersistentVolume):
-            self._add_unique(self.pvs, obj.metadata.name, obj, where)
+            taken = self._add_unique(self.pvs, obj.metadata.name, applied, where)
         elif isinstance(obj, PersistentVolumeClaim):
-            self._add_unique(self.pvcs, obj.key, obj, where)
-        else:
-            self._add_unique(self.pods, obj.metadata.uid, obj, where)
+            taken = self._add_unique(self.pvcs, obj.key, applied, where)
+        elif isinstance(obj, Pod):
+            taken = self._add_unique(self.pods, obj.metadata.uid, applied, where)
             key = (obj.metadata.ns, obj.metadata.name)
             other = self.pod_names.setdefault(key, obj.metadata.uid)
             if other != obj.metadata.uid:
@@ -149,14 +289,21 @@ class _Batch:
                     f"(uids {other} and {obj.metadata.uid})",
                     obj.label,
                 )
+        else:
+            taken = self._add_unique(self.others, applied.key, applied, where)
+        return taken
 
-    def _add_unique(self, into: dict[Any, Any], key: object, obj: KubeObject, where: str) -> None:
+    def _add_unique(
+        self, into: dict[Any, Any], key: object, applied: AppliedObject, where: str
+    ) -> bool:
+        obj = applied.obj
         previous = into.get(key)
         if previous is None:
             into[key] = obj
-            self.objects.append(obj)
+            self.objects.append(applied)
             self.where[id(obj)] = where
-        elif previous != obj:
+            return True
+        if previous != obj:
             field_ = "metadata.uid" if isinstance(obj, Pod) else "metadata.name"
             raise InvalidObjectError(
                 field_,
@@ -164,6 +311,7 @@ class _Batch:
                 f"(also {self.where[id(previous)]})",
                 obj.label,
             )
+        return False
 
 
 def plan_apply(
@@ -171,41 +319,165 @@ def plan_apply(
     view: DesiredView,
     can_serve: CanServe,
     node_name: str = "",
+    stored: StoredLookup | None = None,
 ) -> ApplyPlan:
-    """Validate every object, then plan the events. Raises InvalidObjectError; pure.
+    """Validate every object, then plan the events. Raises InvalidObjectError(s); pure.
 
     A pod whose spec.nodeName names another node than `node_name` is
     refused ("" accepts every pod). Changes come in this order: pods
     replaced by a new uid are removed, then volumes that grew get their
-    DesiredSizeChanged, then new pods are added.
+    DesiredSizeChanged, then new pods are added. Every problem found is
+    raised at once (`InvalidObjectsError` when there are several).
     """
-    batch = _Batch(view)
+    batch = _Batch(view, stored)
+    problems = Problems()
+    skipped: list[SkippedObject] = []
     for where, raw in flatten(objects):
-        obj = decode_object(raw, where)
-        _attributed(obj, _validate_alone, obj, node_name)
-        batch.add(where, obj)
-    for pv in batch.pvs.values():
-        _attributed(pv, _check_pv, pv, view, can_serve)
-    for pvc in batch.pvcs.values():
-        _attributed(pvc, _check_pvc, pvc, batch)
+        if _skipped(raw, where, skipped):
+            continue
+        with problems.check():
+            applied = _take(raw, where, batch, node_name, problems)
+            if applied is not None:
+                batch.add(where, applied)
+    checks: list[tuple[KubeObject, Callable[..., Any], tuple[Any, ...]]] = []
+    checks += [(pv, _check_pv, (pv, view, can_serve)) for pv in batch.pvs.values()]
+    checks += [(pvc, _check_pvc, (pvc, batch)) for pvc in batch.pvcs.values()]
+    checks += [(obj, _check_stored, (obj, stored)) for obj in batch.others.values()]
+    for obj, check, args in checks:
+        with problems.check():
+            _attributed(obj, check, *args)
     actions: dict[int, str] = {}
     removals: list[DesiredChange] = []
     adds: list[DesiredChange] = []
     for pod in batch.pods.values():
-        actions[id(pod)] = _attributed(pod, _plan_pod, pod, batch, can_serve, removals, adds)
+        with problems.check():
+            actions[id(pod)] = _attributed(pod, _plan_pod, pod, batch, can_serve, removals, adds)
+    problems.raise_if_any()
     removed = {change.body.pod_uid for change in removals if isinstance(change.body, PodRemoved)}
     resizes: list[DesiredChange] = []
     for pv in batch.pvs.values():
         actions[id(pv)] = _plan_pv(pv, view, removed, resizes)
     for pvc in batch.pvcs.values():
         actions[id(pvc)] = _action(view.claim(*pvc.key), pvc)
-    results = [_result(obj, actions[id(obj)]) for obj in batch.objects]
+    settled = [_settle(a, actions.get(id(a.obj)), stored) for a in batch.objects]
     return ApplyPlan(
         changes=removals + resizes + adds,
         pvs=dict(batch.pvs),
         pvcs=dict(batch.pvcs),
-        results=results,
+        results=[ApplyResult(a.kind, a.namespace, a.name, a.action, a.uid) for a in settled],
+        objects=settled,
+        skipped=skipped,
     )
+
+
+def _skipped(raw: object, where: str, skipped: list[SkippedObject]) -> bool:
+    """Record `raw` as skipped if it is of a kind a node does not run."""
+    if not isinstance(raw, Mapping):
+        return False
+    kind = raw.get("kind")
+    if not isinstance(kind, str) or not kind or kind in KINDS:
+        return False
+    meta = raw.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = meta.get("name")
+    namespace = meta.get("namespace")
+    api_version = raw.get("apiVersion")
+    skipped.append(
+        SkippedObject(
+            kind=kind,
+            api_version=api_version if isinstance(api_version, str) else "",
+            namespace=namespace if isinstance(namespace, str) else "",
+            name=name if isinstance(name, str) else "",
+            where=where,
+        )
+    )
+    return True
+
+
+def _take(
+    raw: object, where: str, batch: _Batch, node_name: str, problems: Problems
+) -> AppliedObject | None:
+    """Decode and check one object of a node kind, giving it a uid and a namespace.
+
+    Its problems go to `problems`. A pod is returned even with problems, if
+    it could be decoded well enough, so that planning it finds the rest
+    (missing claims, unserved volumes); other objects only without problems.
+    """
+    completed = _completed(raw, batch)
+    obj, found = decode_object_lenient(completed, where)
+    if obj is None:
+        raise_all(found)
+        return None
+    try:
+        _attributed(obj, _validate_alone, obj, node_name)
+    except InvalidObjectError as exc:
+        found.extend(flatten_problems(exc))
+    for problem in found:
+        problems.add(problem)
+    if found and not isinstance(obj, Pod):
+        return None
+    if found:
+        batch.bad_volumes[obj.metadata.uid] = _volume_indices(found)
+    assert isinstance(completed, dict)
+    meta = obj.metadata
+    namespaced = KINDS[obj.kind].namespaced
+    stored_raw = _stored_form(completed, obj)
+    namespace = meta.ns if namespaced else ""
+    return AppliedObject(obj.kind, namespace, meta.name, meta.uid, obj, stored_raw)
+
+
+def _completed(raw: object, batch: _Batch) -> object:
+    """`raw` with a uid and (namespaced kinds) a namespace, as an API server completes it."""
+    if not isinstance(raw, Mapping):
+        return raw
+    kind = raw.get("kind")
+    meta = raw.get("metadata")
+    info = KINDS.get(kind) if isinstance(kind, str) else None
+    if info is None or not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
+        return raw
+    out = copy.deepcopy(dict(raw))
+    meta_out = out["metadata"] = dict(out["metadata"])
+    if info.namespaced:
+        if not meta_out.get("namespace"):
+            meta_out["namespace"] = "default"
+    else:
+        meta_out.pop("namespace", None)
+    meta_out.pop("resourceVersion", None)
+    if not meta_out.get("uid"):
+        namespace = meta_out.get("namespace", "") if info.namespaced else ""
+        meta_out["uid"] = batch.uid_for((str(kind), str(namespace), meta_out["name"]))
+    return out
+
+
+def _stored_form(completed: dict[str, Any], obj: KubeObject) -> dict[str, Any]:
+    """What the store keeps: the settled object; a Secret's stringData merged into data."""
+    stored: dict[str, Any] = normalize(completed)
+    if isinstance(obj, Secret):
+        values = obj.values()
+        stored["data"] = {k: base64.b64encode(v).decode() for k, v in sorted(values.items())}
+        stored.pop("stringData", None)
+    return stored
+
+
+def _settle(
+    applied: AppliedObject, dsw_action: str | None, stored: StoredLookup | None
+) -> AppliedObject:
+    """The object with its content hash and what the apply does to it."""
+    if stored is None:
+        return dataclasses.replace(applied, action=dsw_action or "created")
+    digest = stored.content_hash(applied.kind, applied.raw)
+    info = stored.stored_info(*applied.key)
+    if info is None:
+        action = "created"
+    elif info.uid != applied.uid:
+        action = "replaced"
+    elif info.content_hash == digest:
+        action = "unchanged"
+    else:
+        action = "configured"
+    if applied.kind == "Pod" and dsw_action in ("created", "replaced"):
+        action = dsw_action
+    return dataclasses.replace(applied, content_hash=digest, action=action)
 
 
 def _attributed(obj: KubeObject, fn: Callable[..., _T], *args: Any) -> _T:
@@ -216,23 +488,50 @@ def _attributed(obj: KubeObject, fn: Callable[..., _T], *args: Any) -> _T:
         raise exc.within(obj.label) from None
 
 
+_VALIDATORS: dict[type, Callable[[Any], None]] = {
+    PersistentVolume: validate_pv,
+    PersistentVolumeClaim: validate_pvc,
+    Pod: validate_pod,
+    ConfigMap: validate_config_map,
+    Secret: validate_secret,
+    ServiceAccount: validate_service_account,
+    ClusterTrustBundle: validate_cluster_trust_bundle,
+    CSIDriver: validate_csi_driver,
+}
+
+
 def _validate_alone(obj: KubeObject, node_name: str) -> None:
-    if isinstance(obj, PersistentVolume):
-        validate_pv(obj)
-    elif isinstance(obj, PersistentVolumeClaim):
-        validate_pvc(obj)
-    else:
-        validate_pod(obj)
-        check_pod_node(obj, node_name)
+    problems = Problems()
+    with problems.check():
+        _VALIDATORS[type(obj)](obj)
+    if isinstance(obj, Pod):
+        with problems.check():
+            check_pod_node(obj, node_name)
+    problems.raise_if_any()
 
 
 def _action(old: KubeObject | None, new: KubeObject) -> str:
     return "created" if old is None else ("unchanged" if old == new else "configured")
 
 
-def _result(obj: KubeObject, action: str) -> ApplyResult:
-    namespace = "" if isinstance(obj, PersistentVolume) else obj.metadata.ns
-    return ApplyResult(obj.kind, namespace, obj.metadata.name, action)
+def _check_stored(obj: KubeObject, stored: StoredLookup | None) -> None:
+    """An immutable ConfigMap or Secret keeps its data (and stays immutable)."""
+    if stored is None or not isinstance(obj, ConfigMap | Secret):
+        return
+    info = stored.stored_info(obj.kind, obj.metadata.ns, obj.metadata.name)
+    old = info.obj if info is not None else None
+    if not isinstance(old, ConfigMap | Secret) or not old.immutable:
+        return
+    if info is not None and info.uid != obj.metadata.uid:
+        return  # a new object under the same name replaces the old one
+    if not obj.immutable:
+        raise InvalidObjectError("immutable", "field is immutable when `immutable` is set")
+    if _data_of(old) != _data_of(obj):
+        raise InvalidObjectError("data", "field is immutable when `immutable` is set")
+
+
+def _data_of(obj: ConfigMap | Secret) -> object:
+    return obj.files() if isinstance(obj, ConfigMap) else obj.values()
 
 
 def _check_pv(pv: PersistentVolume, view: DesiredView, can_serve: CanServe) -> None:
@@ -293,6 +592,19 @@ def _check_pvc(pvc: PersistentVolumeClaim, batch: _Batch) -> None:
                 raise InvalidObjectError(problem_field, problem)
 
 
+def _volume_indices(problems: list[InvalidObjectError]) -> set[int]:
+    """The indices of the volumes `problems` are about (paths `spec.volumes[N]...`)."""
+    found = set()
+    for problem in problems:
+        match = _VOLUME_PATH.match(problem.path)
+        if match is not None:
+            found.add(int(match[1]))
+    return found
+
+
+_VOLUME_PATH = re.compile(r"spec\.volumes\[(\d+)\]")
+
+
 def _plan_pod(
     pod: Pod,
     batch: _Batch,
@@ -300,9 +612,17 @@ def _plan_pod(
     removals: list[DesiredChange],
     adds: list[DesiredChange],
 ) -> str:
-    """Plan one pod; returns what happens to it."""
+    """Plan one pod; returns what happens to it.
+
+    A pod with problems of its own (`batch.bad_volumes`) is only resolved,
+    its bad volumes left out, so that the apply reports its other problems.
+    """
     meta = pod.metadata
     view = batch.view
+    bad = batch.bad_volumes.get(meta.uid)
+    if bad is not None:
+        resolve_pod(pod, batch, can_serve, skip=bad)
+        return "invalid"
     existing = view.pods.get(meta.uid)
     if existing is not None:
         if (existing.namespace, existing.name) != (meta.ns, meta.name):

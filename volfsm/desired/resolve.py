@@ -9,11 +9,11 @@ pod-scoped. An inline CSI volume gets the kubelet's generated handle
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 from events.types import DesiredVolume, PodAdded, VolumeSource
-from volfsm.desired.errors import InvalidObjectError
+from volfsm.desired.errors import InvalidObjectError, Problems
 from volfsm.desired.objects import (
     PersistentVolume,
     PersistentVolumeClaim,
@@ -22,6 +22,7 @@ from volfsm.desired.objects import (
     Volume,
 )
 from volfsm.desired.validate import claim_capacity_bytes, parse_size, pv_size_bytes
+from volfsm.desired.volumes import SOURCES
 
 PLUGIN_CSI = "kubernetes.io/csi"
 PLUGIN_EMPTY_DIR = "kubernetes.io/empty-dir"
@@ -188,24 +189,70 @@ def _resolve_inline(pod: Pod, volume: Volume, path: str, can_serve: CanServe) ->
     return DesiredVolume(name=volume.name, volume_id=volume_id, source=source, read_only=read_only)
 
 
-def resolve_pod(pod: Pod, lookup: ObjectLookup, can_serve: CanServe) -> PodAdded:
-    """The desired-state event for a (validated) pod; raises if a volume can't be resolved."""
+def _resolve_other(
+    pod: Pod, volume: Volume, can_serve: CanServe, unsupported: list[str]
+) -> DesiredVolume | None:
+    """A volume of a source resolution knows no details of: served only if a plugin says so.
+
+    A refused one is added to `unsupported` ("name (source)") for one line
+    naming all of the pod's unsupported volumes.
+    """
+    key = volume.source()
+    plugin = SOURCES[key]
+    source = VolumeSource(plugin=plugin)
+    if can_serve(source, "Filesystem") is not None:
+        unsupported.append(f"{volume.name} ({key})")
+        return None
+    volume_id = f"{plugin}/{pod.metadata.uid}-{volume.name}"
+    return DesiredVolume(name=volume.name, volume_id=volume_id, source=source)
+
+
+def resolve_pod(
+    pod: Pod, lookup: ObjectLookup, can_serve: CanServe, skip: Collection[int] = ()
+) -> PodAdded:
+    """The desired-state event for a (validated) pod; raises naming every volume that can't be
+    resolved (one line lists all the volumes no plugin on this node serves).
+
+    The volumes at the indices in `skip` are left out (they have problems of
+    their own, already reported).
+    """
     volumes: list[DesiredVolume] = []
     used_by: dict[str, int] = {}
+    problems = Problems()
+    unsupported: list[str] = []
     for index, volume in enumerate(pod.spec.volumes):
+        if index in skip:
+            continue
         path = f"spec.volumes[{index}]"
-        if volume.persistent_volume_claim is not None:
-            desired = _resolve_claim(pod, volume, path, lookup, can_serve)
-        else:
-            desired = _resolve_inline(pod, volume, path, can_serve)
+        desired: DesiredVolume | None = None
+        with problems.check():
+            if volume.persistent_volume_claim is not None:
+                desired = _resolve_claim(pod, volume, path, lookup, can_serve)
+            elif volume.csi is not None or volume.empty_dir is not None:
+                desired = _resolve_inline(pod, volume, path, can_serve)
+            else:
+                desired = _resolve_other(pod, volume, can_serve, unsupported)
+        if desired is None:
+            continue
         if desired.volume_id in used_by:
-            raise InvalidObjectError(
-                path,
-                f"volume {desired.volume_id} is already used by "
-                f"spec.volumes[{used_by[desired.volume_id]}] of this pod",
+            problems.add(
+                InvalidObjectError(
+                    path,
+                    f"volume {desired.volume_id} is already used by "
+                    f"spec.volumes[{used_by[desired.volume_id]}] of this pod",
+                )
             )
+            continue
         used_by[desired.volume_id] = index
         volumes.append(desired)
+    if unsupported:
+        problems.add(
+            InvalidObjectError(
+                "spec.volumes",
+                f"no volume plugin on this node serves {', '.join(unsupported)}",
+            )
+        )
+    problems.raise_if_any()
     meta = pod.metadata
     return PodAdded(pod_uid=meta.uid, namespace=meta.ns, name=meta.name, volumes=tuple(volumes))
 
@@ -234,6 +281,8 @@ def spec_fingerprint(pod: Pod) -> tuple[VolumeFingerprint, ...]:
             empty = volume.empty_dir
             limit = parse_size("", empty.size_limit) if empty.size_limit is not None else None
             prints.append(("emptyDir", volume.name, empty.medium, limit))
+        else:
+            prints.append(("other", volume.name, SOURCES[volume.source()]))
     return tuple(sorted(prints, key=lambda p: str(p[1])))
 
 
@@ -248,6 +297,8 @@ def added_fingerprint(added: PodAdded) -> tuple[VolumeFingerprint, ...]:
             attrs = tuple(sorted(src.attributes.items()))
             ref = src.node_publish_secret_ref
             prints.append(("csi", vol.name, src.driver, src.fs_type, attrs, vol.read_only, ref))
-        else:
+        elif src.plugin == PLUGIN_EMPTY_DIR:
             prints.append(("emptyDir", vol.name, src.medium, src.size_limit_bytes))
+        else:
+            prints.append(("other", vol.name, src.plugin))
     return tuple(sorted(prints, key=lambda p: str(p[1])))

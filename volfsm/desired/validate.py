@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from volfsm.desired.errors import InvalidObjectError
+from volfsm.desired.errors import InvalidObjectError, Problems
 from volfsm.desired.names import (
     csi_driver_problem,
     dns_label_problem,
@@ -22,9 +22,9 @@ from volfsm.desired.objects import (
     PersistentVolume,
     PersistentVolumeClaim,
     Pod,
-    PodMeta,
 )
 from volfsm.desired.quantity import quantity_to_bytes
+from volfsm.desired.validate_volumes import volume_problems
 
 
 def check(path: str, problem: str | None) -> None:
@@ -41,7 +41,7 @@ def parse_size(path: str, value: str | int | float) -> int:
         raise InvalidObjectError(path, str(exc)) from None
 
 
-def check_meta(meta: ObjectMeta | PodMeta, *, namespaced: bool) -> None:
+def check_meta(meta: ObjectMeta, *, namespaced: bool) -> None:
     """metadata.name is a DNS subdomain; metadata.namespace (if namespaced) a DNS label."""
     check("metadata.name", dns_subdomain_problem(meta.name))
     if namespaced:
@@ -61,9 +61,9 @@ def validate_pv(pv: PersistentVolume) -> None:
     check_meta(pv.metadata, namespaced=False)
     csi = pv.spec.csi
     if csi is None:
-        raise InvalidObjectError(
-            "spec.csi", "only CSI PersistentVolumes are supported (spec.csi is missing)"
-        )
+        other = pv.spec.other_source()
+        found = f"spec.{other} is not served" if other else "spec.csi is missing"
+        raise InvalidObjectError("spec.csi", f"only CSI PersistentVolumes are supported ({found})")
     check("spec.csi.driver", csi_driver_problem(csi.driver))
     check("spec.csi.volumeHandle", volume_handle_problem(csi.volume_handle))
     pv_size_bytes(pv)
@@ -92,30 +92,35 @@ def claim_capacity_bytes(pvc: PersistentVolumeClaim) -> int | None:
 
 
 def validate_pod(pod: Pod) -> None:
-    """A pod whose UID and volume names are safe path components, each volume well-formed."""
-    check_meta(pod.metadata, namespaced=True)
-    check("metadata.uid", path_component_problem(pod.metadata.uid))
+    """A pod whose UID and volume names are safe path components, each volume well-formed.
+
+    Every problem is reported at once (an `InvalidObjectsError` for several).
+    """
+    problems = Problems()
+    with problems.check():
+        check_meta(pod.metadata, namespaced=True)
+    with problems.check():
+        check("metadata.uid", path_component_problem(pod.metadata.uid))
     seen: dict[str, int] = {}
     for index, volume in enumerate(pod.spec.volumes):
         path = f"spec.volumes[{index}]"
-        check(f"{path}.name", path_component_problem(volume.name))
-        if volume.name in seen:
-            raise InvalidObjectError(
-                f"{path}.name",
-                f"duplicate volume name {volume.name!r} (also spec.volumes[{seen[volume.name]}])",
-            )
-        seen[volume.name] = index
+        with problems.check():
+            check(f"{path}.name", path_component_problem(volume.name))
+            if volume.name in seen:
+                other = f"spec.volumes[{seen[volume.name]}]"
+                raise InvalidObjectError(
+                    f"{path}.name", f"duplicate volume name {volume.name!r} (also {other})"
+                )
+            seen[volume.name] = index
         sources = volume.sources()
         if len(sources) != 1:
             found = ", ".join(sources) if sources else "none"
-            raise InvalidObjectError(path, f"a volume needs exactly one source, found {found}")
-        if volume.persistent_volume_claim is not None:
-            claim = volume.persistent_volume_claim.claim_name
-            check(f"{path}.persistentVolumeClaim.claimName", dns_subdomain_problem(claim))
-        elif volume.csi is not None:
-            check(f"{path}.csi.driver", csi_driver_problem(volume.csi.driver))
-        elif volume.empty_dir is not None and volume.empty_dir.size_limit is not None:
-            parse_size(f"{path}.emptyDir.sizeLimit", volume.empty_dir.size_limit)
+            problems.add(
+                InvalidObjectError(path, f"a volume needs exactly one source, found {found}")
+            )
+            continue
+        volume_problems(volume, path, problems)
+    problems.raise_if_any()
 
 
 def check_pod_node(pod: Pod, node_name: str) -> None:

@@ -70,8 +70,8 @@ MAX_ACTIONS = 5
 def wired_points() -> tuple[str, ...]:
     """The fault points some code calls `hit` with (reconstruct.* once reconstruction has them)."""
     points = [p for p in FAULT_POINTS if not p.startswith("reconstruct.")]
-    source = REPO_ROOT / "volfsm" / "engine" / "reconstruct.py"
-    text = source.read_text() if source.exists() else ""
+    package = REPO_ROOT / "volfsm" / "engine" / "reconstruct"
+    text = "".join(source.read_text() for source in sorted(package.glob("*.py")))
     points += [p for p in FAULT_POINTS if p.startswith("reconstruct.") and f'"{p}"' in text]
     return tuple(points)
 

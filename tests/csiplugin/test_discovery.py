@@ -29,7 +29,9 @@ async def test_start_reads_identity_and_capabilities(
     assert plugin.info is not None
     assert plugin.info.name == DRIVER
     assert plugin.info.node_id == NODE
-    assert plugin.caps == NodeCapabilities(stage_unstage=True, get_volume_stats=True, expand=True)
+    assert plugin.caps == NodeCapabilities(
+        stage_unstage=True, get_volume_stats=True, expand=True, volume_condition=True
+    )
     assert plugin.supports_expansion(source("h"))
 
 

@@ -75,7 +75,8 @@ class Node:
         driver: DriverProcess | None = None,
         scripted: ScriptedPlugin | None = None,
     ) -> VolumeEngine:
-        """Open the log and start an engine with emptyDir (+ the CSI driver / scripted)."""
+        """Open the log and start an engine with emptyDir (+ the CSI driver / scripted: as a
+        CSI driver, or under its own plugin name)."""
         assert self.engine is None, "stop the running engine first"
         self.log = EventLog(self.db, node=NODE)
         catalog = PluginCatalog()
@@ -87,7 +88,10 @@ class Node:
             await self.csi.start()
             catalog.register_csi_driver(CSI_DRIVER, self.csi)
         if scripted is not None:
-            catalog.register_csi_driver(scripted.driver, scripted)
+            if scripted.own:
+                catalog.register(scripted)
+            else:
+                catalog.register_csi_driver(scripted.driver, scripted)
             if scripted not in self.plugins:
                 self.plugins.append(scripted)
         self.engine = VolumeEngine(self.log, self.root, catalog, config)

@@ -85,7 +85,7 @@ async def test_apply_complete_deletes_the_pods_it_does_not_name(node: Node) -> N
     result = await engine.apply([mem_pod("u1")], complete=True)
 
     assert result.deleted == (("u2", "default", "pod-u2"),)
-    assert [env.type for env in result.events] == ["PodRemoved"]
+    assert [env.type for env in result.events] == ["PodRemoved", "ObjectDeleted"]
     assert result.events[0].seq == before + 1
     assert engine.desired_complete
     await engine.wait_pod("u2", "unmounted", timeout=30)

@@ -264,6 +264,10 @@ class NestedPendingOperations:
         entry = self._find(OperationKey(volume_id, pod))
         return entry is not None and entry.pending
 
+    def running_keys(self) -> list[OperationKey]:
+        """The keys of the operations running now (not those backing off)."""
+        return [e.key for entries in self._by_volume.values() for e in entries if e.pending]
+
     def is_operation_safe_to_retry(self, volume_id: str, pod: str, operation: str) -> bool:
         """False if a match is running, or backing off under the same operation name."""
         entry = self._find(OperationKey(volume_id, pod))

@@ -12,8 +12,8 @@ operation keys are per volume):
    running on; mark the rest detached;
 4. once: orphan cleanup (`Reconstructor.start_orphan_cleanup`); and
    removal of the directories of deleted pods whose volumes are all gone
-   (directories only: a file volfsm did not create keeps the pod dir, reported
-   in `pod_dir_failures`).
+   (`volfsm.engine.poddirs`: directories only; a file volfsm did not create
+   keeps the pod dir, reported in `pod_dir_failures`).
 
 Phases 1, 3 and 4 wait for `desired_complete` (kubelet's readyToUnmount):
 until the desired state is known complete - the engine is told, or
@@ -52,20 +52,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from events.errors import VolfsmEventsError
-from events.streams import pod_stream
 from events.tables import ATTACHED, GLOBALLY_MOUNTED, MOUNTED, UNCERTAIN, UNMOUNTED
-from events.types import DesiredVolume, PodAdded, PodCleanedUp
+from events.types import DesiredVolume, PodAdded
 from projections.asw import Asw
 from volfsm.engine.config import EngineConfig
 from volfsm.engine.executor import Operation, OperationExecutor
-from volfsm.engine.index import HOLDING, EngineIndex
+from volfsm.engine.index import EngineIndex
 from volfsm.engine.operations import EXPAND_VOLUME, OperationGenerator
 from volfsm.engine.pending import NestedPendingOperations
+from volfsm.engine.poddirs import PodDirCleaner
 from volfsm.engine.rwop import RwopGuard
-from volfsm.errors import VolfsmError
 from volfsm.gate import GATE_OPEN, GATE_UNTIL_TOLD, GATE_UNTIL_TOLD_OR_GRACE
-from volfsm.node.dirsonly import remove_pod_dir
 from volfsm.node.layout import RootLayout
 from volfsm.plugins.base import PluginError
 
@@ -107,8 +104,6 @@ REASON_MOUNT = "desired and not mounted"
 REASON_REMOUNT_UNCERTAIN = "desired and Uncertain: remount"
 REASON_REMOUNT = "remount requested"
 REASON_UNSTAGE = "no pod holds or wants the volume"
-KEPT_OWNER = " volfsm did not create"
-"""Said of each file a deleted pod's dir keeps: "kept: <path>: a file volfsm did not create"."""
 
 
 class Reconciler:
@@ -150,8 +145,6 @@ class Reconciler:
         """Specs of pod-volumes reconstruction rebuilt from the node (the log has none)."""
         self.reconstructed_devices: dict[str, DesiredVolume] = {}
         """Specs of devices reconstruction rebuilt from the node."""
-        self.pod_dir_failures: dict[str, str] = {}
-        """uid -> why the pod's dir could not be removed (until it is)."""
         self.remount_required: set[tuple[str, str]] = set()
         self.expand_failed: dict[str, int] = generator.expand_failed
         """volume_id -> the size whose node expansion failed with a final error (shared with
@@ -163,8 +156,10 @@ class Reconciler:
         self._orphans_done = False
         self._dirty: dict[str, None] = {}
         self._retry: dict[str, None] = {}
-        self._pods_to_clean: dict[str, None] = {}
-        self._dir_cleanup: asyncio.Task[None] | None = None
+        self.pod_dirs = PodDirCleaner(
+            asw=asw, dsw=dsw, index=index, pending=pending, layout=layout,
+            recorder=generator.handler, reconstructed=self.reconstructed,
+        )  # fmt: skip
         self._wake = asyncio.Event()
         self._stopping = False
         self.passes = 0
@@ -225,7 +220,7 @@ class Reconciler:
 
     def queue_pod_cleanup(self, uid: str) -> None:
         """The pod is gone from the desired state and holds nothing: remove its dir."""
-        self._pods_to_clean[uid] = None
+        self.pod_dirs.queue(uid)
 
     def set_desired_complete(self, reason: str = "told") -> None:
         """The desired state is complete: unmounts may start (readyToUnmount)."""
@@ -491,92 +486,19 @@ class Reconciler:
 
     # ------------------------------------------------------------ pod dirs
 
-    def _clean_pod_dirs(self) -> None:
-        """Start removing dirs of deleted pods whose volumes are all gone (in a thread)."""
-        if not self._pods_to_clean or not self.desired_complete:
-            return
-        if self._dir_cleanup is not None and not self._dir_cleanup.done():
-            return
-        ready: list[str] = []
-        for uid in list(self._pods_to_clean):
-            if uid in self.dsw.pods:
-                del self._pods_to_clean[uid]
-            elif not self.pod_holds_any(uid) and not self._pod_busy(uid):
-                del self._pods_to_clean[uid]
-                self.index.forget_pod(uid)
-                ready.append(uid)
-        if ready:
-            self._dir_cleanup = asyncio.get_running_loop().create_task(
-                self._clean_and_record(ready)
-            )
-
-    async def _clean_and_record(self, uids: list[str]) -> None:
-        """Remove the pod dirs; record `PodCleanedUp` for each pod whose dir is gone.
-
-        Pods only reconstruction knows (found on the node, the log lost) get
-        one too: it is what makes the folds forget their entries.
-        """
-        removed = await asyncio.to_thread(self._remove_pod_dirs, uids)
-        done = [uid for uid in removed if uid not in self.dsw.pods]
-        if not done:
-            return
-        names: dict[str, list[str]] = {uid: [] for uid in done}
-        for uid, name in self.asw.podvols:  # one pass for the batch
-            entry = names.get(uid)
-            if entry is not None:
-                entry.append(name)
-        for uid in done:
-            body = PodCleanedUp(pod_uid=uid, volume_names=tuple(sorted(names[uid])))
-            try:
-                await self.ops.handler.record_async(pod_stream(uid), [body])
-            except (VolfsmError, VolfsmEventsError) as exc:  # closing: the next start redoes it
-                log.warning("pod %s cleaned up, but that could not be recorded: %s", uid, exc)
-                return
-
-    def _pod_busy(self, uid: str) -> bool:
-        pod = self.index.pod_spec(uid)
-        if pod is None:
-            return False
-        return any(self.pending.is_operation_pending(dv.volume_id, uid) for dv in pod.volumes)
+    @property
+    def pod_dir_failures(self) -> dict[str, str]:
+        """uid -> why the pod's dir could not be removed (until it is)."""
+        return self.pod_dirs.failures
 
     def pod_holds_any(self, uid: str) -> bool:
         """Whether any of the pod's volumes (reconstructed ones too) is Mounted or Uncertain."""
-        podvols = self.asw.podvols
-        pod = self.index.pod_spec(uid)
-        for dv in pod.volumes if pod is not None else ():
-            pv = podvols.get((uid, dv.name))
-            if pv is not None and pv.state in HOLDING:
-                return True
-        if self.reconstructed:
-            for key in self.reconstructed:
-                if key[0] == uid:
-                    pv = podvols.get(key)
-                    if pv is not None and pv.state in HOLDING:
-                        return True
-        return False
+        return self.pod_dirs.pod_holds_any(uid)
 
-    def _remove_pod_dirs(self, uids: list[str]) -> list[str]:
-        """Remove each pod's dir, directories only; the uids whose dir is gone.
-
-        A file left in it (etc-hosts, a container log, anything a volume's
-        teardown did not remove) is not volfsm's: it stays, and so does the
-        pod dir, reported in `pod_dir_failures` (tried again at the next start).
-        """
-        removed = []
-        for uid in uids:
-            try:
-                result = remove_pod_dir(self.layout, uid)
-            except (VolfsmError, OSError) as exc:
-                why = str(exc)
-            else:
-                why = result.summary(KEPT_OWNER) if not result.gone else ""
-            if why:
-                self.pod_dir_failures[uid] = why
-                log.warning("orphaned pod %s: its dir stays: %s", uid, why)
-            else:
-                self.pod_dir_failures.pop(uid, None)
-                removed.append(uid)
-        return removed
+    def _clean_pod_dirs(self) -> None:
+        """Start removing dirs of deleted pods whose volumes are all gone (gate open only)."""
+        if self.desired_complete:
+            self.pod_dirs.clean()
 
     # ------------------------------------------------------------------ loop
 
@@ -621,8 +543,7 @@ class Reconciler:
 
     async def wait_cleanup(self) -> None:
         """Wait for a running pod-dir cleanup (tests)."""
-        if self._dir_cleanup is not None:
-            await asyncio.gather(self._dir_cleanup, return_exceptions=True)
+        await self.pod_dirs.wait()
 
 
 def _volume_of(pod: PodAdded, volume_id: str) -> DesiredVolume | None:

@@ -4,6 +4,14 @@ The operation executor drives plugins only through this interface; CSI,
 emptyDir and the scripted test plugin implement it. Every call is async and
 may be cancelled by the executor's timeout.
 
+Reconstruction reads the node back through the same plugins
+(`SpecConstructor`, kubelet's ConstructVolumeSpec / ConstructBlockVolumeSpec):
+the engine scans ``pods/<uid>/volumes|volumeDevices/<plugin~>/<name>`` and
+hands each entry to the plugin owning that dir name, and each plugin lists
+its own global dirs under ``plugins/``. A plugin is the only code that reads
+the files it writes (CSI's ``vol_data.json``, emptyDir's tmpfs); the engine
+knows no volume type.
+
 Errors: a plugin raises `PluginError` with an `ErrorClass` that decides the
 FSM transition (kubelet reference §1.3):
 
@@ -21,11 +29,15 @@ from __future__ import annotations
 
 import abc
 import enum
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from events.types import VolumeSource
+from events.types import DesiredVolume, VolumeSource
 from volfsm.errors import VolfsmError
+from volfsm.node.layout import VOLUME_DEVICES, RootLayout, escape_plugin_name
+from volfsm.node.mounts import MountInfo
 
 FILESYSTEM = "Filesystem"
 BLOCK = "Block"
@@ -99,11 +111,159 @@ class MountResult:
     detail: str = ""
 
 
-class VolumePlugin(abc.ABC):
-    """A volume plugin. Subclasses override what their kind of volume supports."""
+# ------------------------------------------------------------- reconstruction
+
+
+@dataclass(frozen=True, slots=True)
+class PodVolumeDir:
+    """One entry under pods/<uid>/volumes/<plugin~>/ or pods/<uid>/volumeDevices/<plugin~>/."""
+
+    pod_uid: str
+    sub: str
+    """"volumes" or "volumeDevices"."""
+    escaped: str
+    """The escaped plugin name of the dir holding it ("kubernetes.io~csi")."""
+    name: str
+    path: Path
+    is_dir: bool
+
+    @property
+    def block(self) -> bool:
+        """Whether it is a block volume's entry (under volumeDevices/)."""
+        return self.sub == VOLUME_DEVICES
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """(uid, sub, escaped plugin, name)."""
+        return (self.pod_uid, self.sub, self.escaped, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalDir:
+    """A plugin's per-volume dir under plugins/<plugin>/ (CSI: a staging dir
+    ``<driver>/<sha256(handle)>`` or a block volume dir ``volumeDevices/<spec>``)."""
+
+    plugin: str
+    path: Path
+    name: str
+    device_path: Path
+    """Where the device is staged (filesystem) or mapped (block) inside it."""
+    block: bool = False
+
+
+@dataclass
+class GlobalScan:
+    """A plugin's global dirs on the node, and what lies there that is none."""
+
+    dirs: list[GlobalDir] = field(default_factory=list)
+    junk: list[tuple[Path, str]] = field(default_factory=list)
+    """(path, why it is no volume dir) per entry that is not one."""
+
+
+@dataclass(frozen=True)
+class ConstructedSpec:
+    """A volume spec a plugin rebuilt from the node, and where its device would be staged."""
+
+    spec: DesiredVolume
+    device_path: Path | None = None
+    note: str = ""
+    """Where the spec came from, when not from the entry's own files."""
+
+
+class NodeView(Protocol):
+    """What reconstruction's scan saw on the node, for plugins that look around."""
+
+    @property
+    def global_dirs(self) -> list[GlobalDir]:
+        """Every plugin's global dirs."""
+
+    def mount_at(self, path: Path | str) -> MountInfo | None:
+        """The topmost mount exactly at `path` (mountinfo as read once at the scan)."""
+
+
+def list_dir(layout: RootLayout, path: Path) -> list[tuple[str, bool]] | None:
+    """(name, is a directory) per entry of `path`, sorted, following no symlink; None if
+    missing. `UnsafePathError` / `OSError` if it cannot be read."""
+    try:
+        with layout.open_dir(path) as fd, os.scandir(fd) as it:
+            return sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it)
+    except FileNotFoundError:
+        return None
+
+
+class SpecConstructor:
+    """The reconstruction hooks of a plugin: its volumes read back from what it wrote.
+
+    Every `VolumePlugin` is one. The plugin catalog hands reconstruction one
+    constructor per plugin name (CSI's whether or not a driver is registered
+    yet, as the kubelet's CSI plugin reads ``vol_data.json`` without the
+    driver). A hook answers a `ConstructedSpec`, or a string saying why the
+    entry cannot be reconstructed (it then becomes an orphan, cleaned up
+    directories only). Hooks run in a worker thread and may block; they
+    must not change the node.
+    """
 
     #: Fully qualified plugin name, e.g. "kubernetes.io/csi" or "kubernetes.io/empty-dir".
     name: str = ""
+
+    def pod_dir_name(self) -> str:
+        """The escaped plugin name of its dirs under pods/<uid>/volumes|volumeDevices/."""
+        return escape_plugin_name(self.name)
+
+    def volume_dir_name(self, spec: DesiredVolume) -> str:
+        """The name of a pod's dir of `spec` under that dir (kubelet: the spec name)."""
+        return spec.name
+
+    def is_device_mountable(self, source: VolumeSource) -> bool:
+        """Whether the volume is staged once per node (MountDevice / NodeStage)."""
+        return False
+
+    def construct_volume_spec(
+        self, layout: RootLayout, entry: PodVolumeDir, node: NodeView
+    ) -> ConstructedSpec | str:
+        """ConstructVolumeSpec: the spec of a pod's filesystem volume dir, or why not."""
+        return f"volume plugin {self.name!r} cannot reconstruct a volume from the node"
+
+    def construct_block_volume_spec(
+        self, layout: RootLayout, entry: PodVolumeDir, node: NodeView
+    ) -> ConstructedSpec | str:
+        """ConstructBlockVolumeSpec: the spec of a pod's block volume entry, or why not."""
+        return f"volume plugin {self.name!r} has no block volumes"
+
+    def scan_global_dirs(self, layout: RootLayout) -> GlobalScan:
+        """Its per-volume dirs under plugins/<plugin>/ (none by default)."""
+        return GlobalScan()
+
+    def construct_device_spec(self, layout: RootLayout, entry: GlobalDir) -> ConstructedSpec | str:
+        """The spec of a global (staging / map) dir this plugin listed, or why not."""
+        return f"volume plugin {self.name!r} cannot reconstruct {entry.path}"
+
+    def spec_from_volume_id(self, volume_id: str, pod_uid: str, name: str) -> DesiredVolume | None:
+        """A pod-volume's spec from its unique volume id alone, when nothing is left on
+        the node to read (enough for the plugin's teardown); None if it is not this
+        plugin's or cannot say."""
+        return None
+
+    def device_spec_from_volume_id(
+        self, layout: RootLayout, volume_id: str, device_mount_path: str
+    ) -> DesiredVolume | None:
+        """A staged volume's spec from its id and recorded device mount path, or None."""
+        return None
+
+    def expected_pod_mount(self, spec: DesiredVolume) -> str | None:
+        """What the plugin itself always mounts at the pod's path, in a few words
+        ("emptyDir tmpfs"); "" if it mounts nothing there; None if it cannot say
+        (a driver's mount: it counts if the log saw it after the call)."""
+        return None
+
+    def block_publish_path(self, layout: RootLayout, global_map: Path, pod_uid: str) -> Path | None:
+        """Where a driver published a block volume for the pod (a bind mount the log
+        may have seen), given its global map path; None if there is no such path."""
+        return None
+
+
+class VolumePlugin(SpecConstructor, abc.ABC):
+    """A volume plugin. Subclasses override what their kind of volume supports."""
 
     @abc.abstractmethod
     def supports(self, source: VolumeSource) -> bool:
@@ -119,10 +279,6 @@ class VolumePlugin(abc.ABC):
 
     def is_attachable(self, source: VolumeSource) -> bool:
         """Whether the volume must be attached to the node (controller attach) before use."""
-        return False
-
-    def is_device_mountable(self, source: VolumeSource) -> bool:
-        """Whether the volume is staged once per node (MountDevice / NodeStage)."""
         return False
 
     def supports_block(self, source: VolumeSource) -> bool:

@@ -4,13 +4,18 @@ Plugins are registered by their fully qualified name. CSI volumes all carry
 the plugin name "kubernetes.io/csi" and are told apart by driver: a CSI
 plugin instance is registered per driver name (kubelet's CSI driver
 registration), and `find` picks it by ``source.driver``.
+
+Reconstruction asks `spec_constructors`: one per plugin name, the CSI one
+(`CsiVolumes`) always, like the kubelet's CSI plugin, which reads a volume's
+``vol_data.json`` back whether or not its driver has registered yet.
 """
 
 from __future__ import annotations
 
 from events.types import VolumeSource
 from volfsm.node.layout import CSI_PLUGIN
-from volfsm.plugins.base import ErrorClass, PluginError, VolumePlugin
+from volfsm.plugins.base import ErrorClass, PluginError, SpecConstructor, VolumePlugin
+from volfsm.plugins.csi.construct import CsiVolumes
 
 PLUGIN_NOT_FOUND = "PluginNotFound"
 
@@ -21,6 +26,7 @@ class PluginCatalog:
     def __init__(self) -> None:
         self._plugins: dict[str, VolumePlugin] = {}
         self._csi_drivers: dict[str, VolumePlugin] = {}
+        self._csi_volumes = CsiVolumes()
 
     def register(self, plugin: VolumePlugin) -> None:
         """Add a plugin under `plugin.name`; `ValueError` if the name is empty or taken.
@@ -53,6 +59,10 @@ class PluginCatalog:
     def csi_driver_names(self) -> list[str]:
         """Names of the registered CSI drivers, sorted."""
         return sorted(self._csi_drivers)
+
+    def spec_constructors(self) -> list[SpecConstructor]:
+        """The reconstruction hooks of every plugin name: CSI's, then the registered ones."""
+        return [self._csi_volumes, *(self._plugins[name] for name in sorted(self._plugins))]
 
     def find(self, source: VolumeSource) -> VolumePlugin:
         """The plugin serving `source`; PluginError("PluginNotFound", TRANSIENT) if none.

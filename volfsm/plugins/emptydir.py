@@ -32,6 +32,12 @@ returns plain errors). volfsm refines that where "final" would lose a mount:
 
 Error codes are errno names ("EACCES") for system call failures, otherwise
 "UnsafePath", "InvalidArgument", "MediumMismatch", "MountedInside".
+
+Reconstruction (kubelet's emptyDir ConstructVolumeSpec): a volume is rebuilt
+from its path, its medium from the mount there (a tmpfs: ``Memory``; none:
+node disk; anything else is not an emptyDir). The plugin also says that a
+``Memory`` volume must have its tmpfs mounted, so a vanished tmpfs makes the
+entry Uncertain, while a plain one is just a directory.
 """
 
 from __future__ import annotations
@@ -42,7 +48,8 @@ import os
 import stat
 from pathlib import Path
 
-from events.types import VolumeSource
+from events.types import DesiredVolume, VolumeSource
+from volfsm.desired.resolve import empty_dir_volume_id
 from volfsm.node import mounts
 from volfsm.node.dirsonly import Kept, first_kept, remove_dirs
 from volfsm.node.layout import (
@@ -52,7 +59,16 @@ from volfsm.node.layout import (
     UnsafePathError,
     escape_plugin_name,
 )
-from volfsm.plugins.base import ErrorClass, MountResult, PluginError, VolumePlugin, VolumeRequest
+from volfsm.plugins.base import (
+    ConstructedSpec,
+    ErrorClass,
+    MountResult,
+    NodeView,
+    PluginError,
+    PodVolumeDir,
+    VolumePlugin,
+    VolumeRequest,
+)
 
 MEDIUM_DEFAULT = ""
 MEDIUM_MEMORY = "Memory"
@@ -63,6 +79,7 @@ READY_FILE = "ready"
 _MEMORY_FS = frozenset({"tmpfs", "hugetlbfs"})
 _MAX_STACKED = 16
 KEPT_OWNER = " the log did not create"
+NOT_UNDER_VOLUMES = "an emptyDir entry that is not a directory under volumes/"
 
 
 def _os_error(exc: OSError, what: str, error_class: ErrorClass) -> PluginError:
@@ -91,6 +108,42 @@ class EmptyDirPlugin(VolumePlugin):
         if source.medium not in SUPPORTED_MEDIA:
             return f"emptyDir medium {source.medium!r} is not supported (use '' or 'Memory')"
         return None
+
+    # --------------------------------------------------------- reconstruction
+
+    def construct_volume_spec(
+        self, layout: RootLayout, entry: PodVolumeDir, node: NodeView
+    ) -> ConstructedSpec | str:
+        """The volume from its path; medium Memory if a tmpfs is mounted there."""
+        if not entry.is_dir:
+            return NOT_UNDER_VOLUMES
+        mount = node.mount_at(entry.path)
+        medium = MEDIUM_DEFAULT
+        if mount is not None:
+            if mount.fstype != "tmpfs":
+                return f"a {mount.fstype} mount where an emptyDir belongs"
+            medium = MEDIUM_MEMORY
+        source = VolumeSource(plugin=EMPTY_DIR_PLUGIN, medium=medium)
+        vid = empty_dir_volume_id(entry.pod_uid, entry.name)
+        return ConstructedSpec(DesiredVolume(name=entry.name, volume_id=vid, source=source))
+
+    def construct_block_volume_spec(
+        self, layout: RootLayout, entry: PodVolumeDir, node: NodeView
+    ) -> ConstructedSpec | str:
+        """None: an emptyDir has no block mode."""
+        return NOT_UNDER_VOLUMES
+
+    def spec_from_volume_id(self, volume_id: str, pod_uid: str, name: str) -> DesiredVolume | None:
+        """The pod's emptyDir `name` if `volume_id` is its id; the medium is unknown (a tmpfs
+        there is found and unmounted by the teardown)."""
+        if volume_id != empty_dir_volume_id(pod_uid, name):
+            return None
+        source = VolumeSource(plugin=EMPTY_DIR_PLUGIN)
+        return DesiredVolume(name=name, volume_id=volume_id, source=source)
+
+    def expected_pod_mount(self, spec: DesiredVolume) -> str | None:
+        """A tmpfs for medium Memory; nothing for a plain emptyDir (a directory)."""
+        return "emptyDir tmpfs" if spec.source.medium == MEDIUM_MEMORY else ""
 
     # ------------------------------------------------------------------ paths
 

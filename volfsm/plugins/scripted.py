@@ -2,8 +2,17 @@
 
 `ScriptedPlugin` poses as a CSI driver (source plugin "kubernetes.io/csi"
 and a driver name) and can be configured attachable, device-mountable,
-block-capable and expandable. Each method has a queue of scripted outcomes,
-optionally per volume; an empty queue means "ok". Outcomes:
+block-capable and expandable. Given another `plugin_name` it is a plugin of
+its own instead (registered with `PluginCatalog.register`): filesystem
+volumes only, at ``pods/<uid>/volumes/<plugin~>/<name>`` and, when
+device-mountable, ``plugins/<plugin>/<sha256(handle)>/globalmount``; each
+volume's spec is written to a ``scripted.json`` of its own (in
+``pods/<uid>/plugins/<plugin~>/<name>/`` and the global dir), and its
+reconstruction hooks read it back. That is the whole of what a new volume
+type needs for reconstruction: the engine has no code for it.
+
+Each method has a queue of scripted outcomes, optionally per volume; an
+empty queue means "ok". Outcomes:
 
 * `ok()` - succeed (optionally with a value: the device path of
   `wait_for_attach`, the size `expand` reports, `device_still_open`'s answer);
@@ -32,16 +41,30 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from events.types import VolumeSource
-from volfsm.node.layout import CSI_PLUGIN, RootLayout, volume_handle_dir_name
+from events.types import DesiredVolume, VolumeSource
+from volfsm.node.dirsonly import remove_dirs
+from volfsm.node.layout import (
+    CSI_PLUGIN,
+    GLOBAL_MOUNT,
+    RootLayout,
+    UnsafePathError,
+    volume_handle_dir_name,
+)
 from volfsm.plugins.base import (
     BLOCK,
+    ConstructedSpec,
     ErrorClass,
+    GlobalDir,
+    GlobalScan,
     MountResult,
+    NodeView,
     PluginError,
+    PodVolumeDir,
     VolumePlugin,
     VolumeRequest,
+    list_dir,
 )
+from volfsm.plugins.csi.files import read_json, remove_file, write_json
 
 METHODS = (
     "wait_for_attach",
@@ -55,6 +78,8 @@ METHODS = (
 """The plugin methods that can be scripted."""
 
 _BLOCK_FILE_BYTES = 1 << 20
+RECORD = "scripted.json"
+"""Where a plugin of its own (not posing as CSI) writes each volume's spec."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +163,8 @@ class ScriptedPlugin(VolumePlugin):
     """A CSI-looking plugin whose calls follow scripted outcomes (see the module doc)."""
 
     driver: str = "scripted.volfsm.io"
+    plugin_name: str = CSI_PLUGIN
+    """Another name makes it a plugin of its own (see the module doc)."""
     attachable: bool = False
     device_mountable: bool = False
     block: bool = False
@@ -152,6 +179,14 @@ class ScriptedPlugin(VolumePlugin):
     _devices: dict[str, _BlockDevice] = field(default_factory=dict, init=False, repr=False)
 
     name = CSI_PLUGIN
+
+    def __post_init__(self) -> None:
+        self.name = self.plugin_name
+
+    @property
+    def own(self) -> bool:
+        """Whether it is a plugin of its own rather than a CSI driver look-alike."""
+        return self.name != CSI_PLUGIN
 
     # ------------------------------------------------------------- scripting
 
@@ -217,6 +252,8 @@ class ScriptedPlugin(VolumePlugin):
     # ---------------------------------------------------------- capabilities
 
     def supports(self, source: VolumeSource) -> bool:
+        if self.own:
+            return source.plugin == self.name
         return source.plugin == CSI_PLUGIN and source.driver == self.driver
 
     def is_attachable(self, source: VolumeSource) -> bool:
@@ -226,7 +263,7 @@ class ScriptedPlugin(VolumePlugin):
         return self.device_mountable
 
     def supports_block(self, source: VolumeSource) -> bool:
-        return self.block
+        return self.block and not self.own
 
     def supports_expansion(self, source: VolumeSource) -> bool:
         return self.expandable
@@ -243,6 +280,9 @@ class ScriptedPlugin(VolumePlugin):
 
     def device_mount_path(self, root: Path, req: VolumeRequest) -> Path | None:
         layout = self._layout_for(root)
+        if self.own:
+            key = req.source.volume_handle or req.volume_id
+            return self._own_staging(layout, key) if self.device_mountable else None
         if req.volume_mode == BLOCK:
             return layout.csi_block_global_map_path(self._spec_name(req))
         if not self.device_mountable:
@@ -251,6 +291,8 @@ class ScriptedPlugin(VolumePlugin):
 
     def pod_mount_path(self, root: Path, req: VolumeRequest) -> Path:
         layout = self._layout_for(root)
+        if self.own:
+            return layout.pod_volume_dir(req.pod_uid, self.pod_dir_name(), req.volume_name)
         if req.volume_mode == BLOCK:
             return layout.csi_block_pod_device_path(req.pod_uid, req.volume_name)
         return layout.csi_publish_path(req.pod_uid, req.volume_name)
@@ -274,6 +316,8 @@ class ScriptedPlugin(VolumePlugin):
             return MountResult(path=device.loop, device_path=device.loop)
         if req.device_mount_path is not None:
             layout.ensure_dir(req.device_mount_path)
+            if self.own:
+                write_json(layout, req.device_mount_path.parent / RECORD, _record(req))
         if isinstance(outcome.value, MountResult):
             return outcome.value
         return MountResult(path=str(req.device_mount_path or ""))
@@ -285,8 +329,10 @@ class ScriptedPlugin(VolumePlugin):
             self._drop_block_device(layout, self._block_key(req, staged=True))
             return
         if req.device_mount_path is not None:
+            if self.own:
+                remove_file(layout, req.device_mount_path.parent / RECORD)
             layout.remove_tree(req.device_mount_path)
-            layout.remove_dir(req.device_mount_path.parent, stop_at=layout.plugin_dir(CSI_PLUGIN))
+            layout.remove_dir(req.device_mount_path.parent, stop_at=layout.plugin_dir(self.name))
 
     async def device_still_open(self, req: VolumeRequest) -> bool:
         outcome = await self._follow("device_still_open", req)
@@ -302,22 +348,102 @@ class ScriptedPlugin(VolumePlugin):
             return MountResult(path=device.loop, device_path=device.loop)
         if req.mount_path is not None:
             layout.ensure_dir(req.mount_path)
+            if self.own:
+                write_json(layout, self._meta_dir(layout, req) / RECORD, _record(req))
         return MountResult(path=str(req.mount_path or ""))
 
-    async def tear_down(self, req: VolumeRequest) -> None:
+    async def tear_down(self, req: VolumeRequest) -> str | None:
         await self._follow("tear_down", req)
         layout = self._need_layout()
+        if self.own:
+            return self._tear_down_own(layout, req)
         if req.volume_mode == BLOCK:
             if not self.device_mountable:
                 self._drop_block_device(layout, self._block_key(req, staged=False))
-            return
+            return None
         if req.mount_path is not None:
             layout.remove_tree(req.mount_path)
             layout.remove_dir(req.mount_path.parent, stop_at=layout.pod_dir(req.pod_uid))
+        return None
 
     async def expand(self, req: VolumeRequest, new_size: int) -> int:
         outcome = await self._follow("expand", req)
         return int(outcome.value) if isinstance(outcome.value, int) else new_size
+
+    # ---------------------------------------- a plugin of its own: files, hooks
+
+    def _own_staging(self, layout: RootLayout, handle: str) -> Path:
+        """plugins/<plugin>/<sha256(handle)>/globalmount"""
+        return layout.plugin_dir(self.name) / volume_handle_dir_name(handle) / GLOBAL_MOUNT
+
+    def _meta_dir(self, layout: RootLayout, req: VolumeRequest) -> Path:
+        """pods/<uid>/plugins/<plugin~>/<name>: where the pod volume's record is."""
+        return layout.pod_plugin_dir(req.pod_uid, self.pod_dir_name(), req.volume_name)
+
+    def _tear_down_own(self, layout: RootLayout, req: VolumeRequest) -> str | None:
+        """Remove the volume dir and its record; with `keep_files` directories only."""
+        meta = self._meta_dir(layout, req)
+        remove_file(layout, meta / RECORD)
+        layout.remove_tree(meta)
+        if req.mount_path is None:
+            return None
+        if req.keep_files:
+            kept = remove_dirs(layout, req.mount_path)
+            return None if kept.gone else kept.summary(" the log did not create")
+        layout.remove_tree(req.mount_path)
+        return None
+
+    def construct_volume_spec(
+        self, layout: RootLayout, entry: PodVolumeDir, node: NodeView
+    ) -> ConstructedSpec | str:
+        """From the pod volume's record (a plugin of its own only)."""
+        if not self.own or not entry.is_dir:
+            return super().construct_volume_spec(layout, entry, node)
+        try:
+            meta = layout.pod_plugin_dir(entry.pod_uid, entry.escaped, entry.name)
+        except UnsafePathError as exc:
+            return str(exc)
+        return self._constructed(layout, meta / RECORD, entry.name)
+
+    def scan_global_dirs(self, layout: RootLayout) -> GlobalScan:
+        """plugins/<plugin>/<sha256(handle)> per staged volume (a plugin of its own only)."""
+        scan = GlobalScan()
+        if not self.own:
+            return scan
+        root = layout.plugin_dir(self.name)
+        try:
+            names = list_dir(layout, root) or []
+        except (UnsafePathError, OSError) as exc:
+            scan.junk.append((root, f"cannot be read: {exc}"))
+            return scan
+        for name, is_dir in names:
+            path = root / name
+            if is_dir:
+                scan.dirs.append(GlobalDir(self.name, path, name, path / GLOBAL_MOUNT))
+            else:
+                scan.junk.append((path, "a file where a staging dir belongs"))
+        return scan
+
+    def construct_device_spec(self, layout: RootLayout, entry: GlobalDir) -> ConstructedSpec | str:
+        """From the global dir's record."""
+        return self._constructed(layout, entry.path / RECORD, "")
+
+    def _constructed(self, layout: RootLayout, path: Path, name: str) -> ConstructedSpec | str:
+        data = read_json(layout, path)
+        if isinstance(data, str):
+            return data
+        volume_id, handle, pv_name = (
+            data.get(k, "") for k in ("volumeId", "volumeHandle", "pvName")
+        )
+        if not volume_id or not (name or pv_name):
+            return f"{path} names no volume"
+        source = VolumeSource(plugin=self.name, driver=data.get("driver", ""), volume_handle=handle)
+        spec = DesiredVolume(
+            name=name or pv_name, volume_id=volume_id, source=source, pv_name=pv_name
+        )
+        staged = self.device_mountable and pv_name
+        device = self._own_staging(layout, handle or volume_id) if staged else None
+        return ConstructedSpec(spec, device)
 
     # ---------------------------------------------------------- block devices
 
@@ -351,6 +477,16 @@ class ScriptedPlugin(VolumePlugin):
         for key in list(self._devices):
             device = self._devices.pop(key)
             subprocess.run(["losetup", "--detach", device.loop], check=False, capture_output=True)
+
+
+def _record(req: VolumeRequest) -> dict[str, str]:
+    """What a plugin of its own writes about a volume: enough to rebuild its spec."""
+    return {
+        "volumeId": req.volume_id,
+        "volumeHandle": req.source.volume_handle,
+        "driver": req.source.driver,
+        "pvName": "" if req.ephemeral else req.spec_name,
+    }
 
 
 def _losetup(*args: str) -> str:

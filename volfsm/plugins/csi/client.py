@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import stat
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,8 @@ from loguru import logger
 
 from volfsm.csi.v1 import csi_pb2, csi_pb2_grpc
 from volfsm.plugins.base import ErrorClass, PluginError
-from volfsm.plugins.csi.errors import classify
+from volfsm.plugins.csi.errors import classify, code_name
+from volfsm.plugins.csi.paths import valid_driver_name
 from volfsm.plugins.csi.redact import redacted
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -33,12 +35,6 @@ BAD_RESPONSE = "BadDriverResponse"
 UNPARSABLE_CODE = "Internal"
 """Code of a reply that is not protobuf (grpc-go: codes.Internal, "failed to unmarshal")."""
 _RPC = csi_pb2.NodeServiceCapability.RPC.Type
-_DRIVER_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?")
-
-
-def valid_driver_name(name: str) -> bool:
-    """Whether `name` is a CSI driver name: DNS-like, 1-63 chars, alphanumeric at both ends."""
-    return _DRIVER_NAME.fullmatch(name) is not None
 
 
 def bad_response(rpc: str, what: str) -> PluginError:
@@ -48,6 +44,31 @@ def bad_response(rpc: str, what: str) -> PluginError:
 
 def _shown(value: str, limit: int = 80) -> str:
     return repr(value if len(value) <= limit else value[:limit] + "...")
+
+
+CallObserver = Callable[[str, str, float], None]
+"""(full method name '/csi.v1.Node/NodePublishVolume', gRPC code as Go spells it, seconds)."""
+_METHOD_PREFIX = {"identity": "/csi.v1.Identity/", "node": "/csi.v1.Node/"}
+GRPC_CODE_NAMES = frozenset(code_name(c) for c in grpc.StatusCode)
+UNKNOWN_CODE = "Unknown"
+"""The code of a failure that is no gRPC status (Go's status.Code of such an error)."""
+CANCELED_CODE = "Canceled"
+CONDITION_MESSAGE_LIMIT = 1000
+
+
+def _cut_message(text: str) -> str:
+    """A driver's condition message, at most CONDITION_MESSAGE_LIMIT characters."""
+    return text if len(text) <= CONDITION_MESSAGE_LIMIT else text[:CONDITION_MESSAGE_LIMIT] + "..."
+
+
+@dataclass(frozen=True)
+class VolumeStatsReply:
+    """What NodeGetVolumeStats said: usage numbers and, if the driver sent one, the condition."""
+
+    usage: dict[str, int]
+    abnormal: bool | None = None
+    """None: the reply carried no volume condition."""
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -119,6 +140,8 @@ class CsiClient:
         self._channel: Any = None
         self._identity: Any = None
         self._node: Any = None
+        self.on_call: CallObserver | None = None
+        """Told of every call's full method name, gRPC code and seconds (csi_operations_seconds)."""
 
     def _stubs(self) -> tuple[Any, Any]:
         if self._channel is None:
@@ -145,6 +168,22 @@ class CsiClient:
             self._channel = None
 
     async def _call(self, service: str, rpc: str, request: Any) -> Any:
+        started = time.perf_counter()
+        code = "OK"
+        try:
+            return await self._send(service, rpc, request)
+        except asyncio.CancelledError:
+            code = CANCELED_CODE
+            raise
+        except PluginError as exc:
+            code = exc.code if exc.code in GRPC_CODE_NAMES else UNKNOWN_CODE
+            raise
+        finally:
+            observer = self.on_call
+            if observer is not None:
+                observer(_METHOD_PREFIX[service] + rpc, code, time.perf_counter() - started)
+
+    async def _send(self, service: str, rpc: str, request: Any) -> Any:
         identity, node = self._stubs()
         stub = identity if service == "identity" else node
         logger.opt(lazy=True).debug("csi call {} {}", lambda: rpc, lambda: redacted(request))
@@ -250,6 +289,12 @@ class CsiClient:
 
         Usages with an unknown unit are skipped; negative numbers are a bad response.
         """
+        return (await self.volume_stats_reply(volume_id, volume_path, staging_path)).usage
+
+    async def volume_stats_reply(
+        self, volume_id: str, volume_path: str, staging_path: str = ""
+    ) -> VolumeStatsReply:
+        """NodeGetVolumeStats: the usage (as `volume_stats`) and the volume condition."""
         resp = await self._call(
             "node",
             "NodeGetVolumeStats",
@@ -268,4 +313,7 @@ class CsiClient:
                 if value < 0:
                     raise bad_response("NodeGetVolumeStats", f"{unit} {key} {value} is negative")
                 out[f"{unit}_{key}"] = int(value)
-        return out
+        if not resp.HasField("volume_condition"):
+            return VolumeStatsReply(out)
+        condition = resp.volume_condition
+        return VolumeStatsReply(out, bool(condition.abnormal), _cut_message(condition.message))

@@ -3,7 +3,9 @@
 Everything goes through `RootLayout`, so a symlink planted between the root
 and a path is refused and nothing outside the root is written or removed.
 Removal never touches a mount point: a path that is (or holds) a mount is
-left alone and reported.
+left alone and reported. `read_json` reads a `vol_data.json` back (for
+reconstruction, `volfsm.plugins.csi.construct`): the CSI plugin is the only
+code that writes or reads these files.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from volfsm.node.layout import PathInUseError, RootLayout
 from volfsm.node.mounts import mounts_under
 
 FILE_MODE = 0o640
+JSON_MAX_BYTES = 64 << 10
+"""The most a vol_data.json may hold when read back (the plugin writes a few hundred bytes)."""
 
 
 class CleanupError(VolfsmError):
@@ -36,6 +40,29 @@ def write_json(layout: RootLayout, path: Path, data: Mapping[str, str]) -> None:
         with os.fdopen(fd, "w") as fh:
             json.dump(dict(data), fh, sort_keys=True)
         os.replace(tmp, os.path.join(parent, path.name))
+
+
+def read_json(layout: RootLayout, path: Path) -> dict[str, str] | str:
+    """The JSON object of strings in `path` (opened without following links), or why not."""
+    try:
+        with layout.open_dir(path.parent) as fd:
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+            handle = os.open(path.name, flags, dir_fd=fd)
+            with os.fdopen(handle, "rb") as fh:
+                raw = fh.read(JSON_MAX_BYTES + 1)
+    except FileNotFoundError:
+        return f"{path} is missing"
+    except (OSError, VolfsmError) as exc:
+        return f"{path} cannot be read: {exc}"
+    if len(raw) > JSON_MAX_BYTES:
+        return f"{path} is larger than {JSON_MAX_BYTES} bytes"
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        return f"{path} is not valid JSON ({exc})"
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        return f"{path} is not a JSON object of strings"
+    return data
 
 
 def remove_file(layout: RootLayout, path: Path) -> None:

@@ -22,6 +22,7 @@ Block volumes (§4.4)::
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,13 @@ from volfsm.plugins.base import ErrorClass, PluginError, VolumeRequest
 
 LIFECYCLE_PERSISTENT = "Persistent"
 LIFECYCLE_EPHEMERAL = "Ephemeral"
+
+_DRIVER_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?")
+
+
+def valid_driver_name(name: str) -> bool:
+    """Whether `name` is a CSI driver name: DNS-like, 1-63 chars, alphanumeric at both ends."""
+    return _DRIVER_NAME.fullmatch(name) is not None
 
 
 def attachment_id(volume_handle: str, driver: str, node_name: str) -> str:

@@ -50,9 +50,11 @@ from volfsm.plugins.csi.client import (
     CsiClient,
     DriverInfo,
     NodeCapabilities,
-    valid_driver_name,
+    VolumeStatsReply,
     wait_for_socket,
 )
+from volfsm.plugins.csi.construct import CsiVolumes
+from volfsm.plugins.csi.paths import valid_driver_name
 from volfsm.plugins.csi.requests import access_mode
 
 __all__ = ["CsiPlugin", "SecretLookup", "access_mode"]
@@ -68,12 +70,13 @@ def _transient(code: str, exc: BaseException | str) -> PluginError:
     return PluginError(code, str(exc), ErrorClass.TRANSIENT)
 
 
-class CsiPlugin(VolumePlugin):
+class CsiPlugin(CsiVolumes, VolumePlugin):
     """Drives one CSI driver. `start()` waits for the socket, probes and reads capabilities.
 
     Register it in the catalog after `start()` succeeded, as kubelet
     registers a driver only after it answered; an operation on a plugin
     not started yet starts it first (without waiting for the socket).
+    Its reconstruction hooks are `CsiVolumes`' (they need no driver).
     """
 
     name = CSI_PLUGIN
@@ -522,6 +525,11 @@ class CsiPlugin(VolumePlugin):
 
     async def volume_stats(self, req: VolumeRequest) -> dict[str, int]:
         """NodeGetVolumeStats at the pod's publish path (as kubelet: volume_id + volume_path)."""
+        return (await self.volume_stats_reply(req)).usage
+
+    async def volume_stats_reply(self, req: VolumeRequest) -> VolumeStatsReply:
+        """`volume_stats` with the volume condition, kept only if the driver has
+        VOLUME_CONDITION (kubelet ignores a condition the driver did not advertise)."""
         caps = await self._ready()
         if not caps.get_volume_stats:
             raise PluginError(
@@ -530,7 +538,8 @@ class CsiPlugin(VolumePlugin):
         volume_path = self._volume_path(req)
         if not volume_path:
             raise _transient("InvalidArgument", "stats need the pod's publish path")
-        return await self.client.volume_stats(req.source.volume_handle, volume_path)
+        reply = await self.client.volume_stats_reply(req.source.volume_handle, volume_path)
+        return reply if caps.volume_condition else VolumeStatsReply(reply.usage)
 
 
 def _link_target(path: Path) -> str | None:

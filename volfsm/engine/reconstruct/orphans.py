@@ -1,11 +1,11 @@
 """Orphan cleanup: what reconstruction could not rebuild, removed once, directories only.
 
 An orphan is something under the root dir no plugin can vouch for: an
-unknown plugin's dir, a CSI dir without a usable ``vol_data.json``, a file
-where a directory belongs, an empty leftover (see `volfsm.engine.reconstruct`).
-A mounted volume whose plugin, driver and handle can be read from the node is
-not an orphan: it is reconstructed and torn down by its plugin (NodeUnpublish,
-NodeUnstage) like any volume.
+unknown plugin's dir, an entry its plugin cannot rebuild a spec from (a CSI
+dir without a usable ``vol_data.json``), a file where a directory belongs,
+an empty leftover (see `volfsm.engine.reconstruct`). A mounted volume whose
+plugin can read it back from the node is not an orphan: it is reconstructed
+and torn down by its plugin (NodeUnpublish, NodeUnstage) like any volume.
 
 Once the desired state is complete and no desired pod wants it, each orphan
 is cleaned up once (`OrphanCleaner`):
@@ -61,7 +61,6 @@ from volfsm.errors import VolfsmError
 from volfsm.node import mounts
 from volfsm.node.dirsonly import DirsRemoval, remove_dirs
 from volfsm.node.layout import (
-    CSI_PLUGIN,
     PathInUseError,
     RootLayout,
     UnsafePathError,
@@ -96,6 +95,8 @@ class Orphan:
     pod_uid: str = ""
     """The pod dir it is in ("" for a plugin dir)."""
     entry: EntryKey | None = None
+    plugin: str = ""
+    """The plugin whose global dir holds it ("" in a pod dir, or outside any plugin's)."""
     status: str = "pending"
     """pending (until the desired state is complete); kept (a desired pod wants it, or
     the cleanup kept what volfsm did not create: see `stayed`); cleaned; or failed."""
@@ -139,6 +140,9 @@ class PodDirQueue(Protocol):
     def wake(self) -> None:
         """Run a pass now."""
 
+    def volume_spec(self, volume_id: str) -> DesiredVolume | None:
+        """A volume's spec (from the log, else as reconstruction rebuilt it)."""
+
 
 EntriesOf = Callable[[str, DesiredVolume], set[EntryKey]]
 """The pod volume dirs a desired pod's volume can live in."""
@@ -181,6 +185,28 @@ class OrphanCleaner:
             await asyncio.gather(self._task, return_exceptions=True)
 
     def wanted(self, orphan: Orphan) -> str:
+        """Why what is at the orphan's path is still wanted, or "" if nothing wants it."""
+        return self._desired(orphan) or self._in_use(orphan)
+
+    def _in_use(self, orphan: Orphan) -> str:
+        """Why an operation running now may be using the orphan's path ("" if none is).
+
+        A pod deleted while its mount is in flight leaves the mount running: its
+        staging dir, say, is no desired pod's but NodeStage is creating it. The
+        operation owns the path; what it leaves is torn down when it ends.
+        """
+        prefix = orphan.path + "/"
+        for key in self.ops.executor.pending.running_keys():
+            if orphan.pod_uid and key.pod == orphan.pod_uid:
+                return f"an operation on its pod is running ({key.volume_id})"
+            spec = self.registry.volume_spec(key.volume_id)
+            paths = self.ops.request_paths(spec, "") if spec is not None else None
+            device = paths[0] if paths is not None else None
+            if device is not None and (os.fspath(device) + "/").startswith(prefix):
+                return f"an operation on {key.volume_id} is running there"
+        return ""
+
+    def _desired(self, orphan: Orphan) -> str:
         """Why a desired pod wants what is at the orphan's path, or "" if none does."""
         if orphan.pod_uid:
             pod = self.dsw.pods.get(orphan.pod_uid)
@@ -285,16 +311,21 @@ class OrphanCleaner:
         for info in mounts.mounts_under(path):
             mounts.umount(info.mount_point)
         result = remove_dirs(self.layout, path)
-        stop = (
-            self.layout.pod_dir(orphan.pod_uid)
-            if orphan.pod_uid
-            else self.layout.plugin_dir(CSI_PLUGIN)
-        )
-        if result.gone and path.parent != stop:
+        stop = self._stop_at(orphan)
+        if result.gone and stop is not None and path.parent != stop:
             # a parent still holding other entries stays
             with contextlib.suppress(VolfsmError, OSError):
                 self.layout.remove_dir(path.parent, stop_at=stop)
         return result
+
+    def _stop_at(self, orphan: Orphan) -> Path | None:
+        """Up to where empty parents go: its pod dir, or its plugin's global dir."""
+        with contextlib.suppress(UnsafePathError):
+            if orphan.pod_uid:
+                return self.layout.pod_dir(orphan.pod_uid)
+            if orphan.plugin:
+                return self.layout.plugin_dir(orphan.plugin)
+        return None
 
 
 def _error_code(exc: BaseException) -> str:

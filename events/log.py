@@ -36,9 +36,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlite_utils
+if TYPE_CHECKING:
+    import sqlite_utils
 
 from events.codec import (
     CURRENT_SCHEMAS,
@@ -478,6 +479,8 @@ class EventLog:
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_AUTOCHECKPOINT_PAGES}")
         conn.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT_BYTES}")
+        import sqlite_utils  # only writers create or upgrade tables: readers start faster
+
         db = sqlite_utils.Database(conn)
         with _Transaction(conn):
             if "volfsm_meta" not in db.table_names():

@@ -7,7 +7,9 @@ validator in `projections.validate` and the mermaid diagrams all read them.
 A row says: firing `trigger` from any state in `sources` moves to `dest`
 (None: stay in the same state) and is recorded as an event of type `event`.
 Operation records (OperationStarted/Succeeded/Failed) are not transitions;
-they may appear in any state.
+they may appear in any state. Nor are observations (`OBSERVATION_EVENTS`:
+health and usage of a pod-volume), which may appear in any state of a
+pod-volume stream.
 """
 
 from __future__ import annotations
@@ -137,6 +139,10 @@ TABLES: dict[str, FsmTable] = {DEVICE_FSM.name: DEVICE_FSM, PODVOL_FSM.name: POD
 
 OPERATION_EVENTS = frozenset({"OperationStarted", "OperationSucceeded", "OperationFailed"})
 DESIRED_EVENTS = frozenset({"PodAdded", "PodRemoved", "PodCleanedUp", "DesiredSizeChanged"})
+OBJECT_EVENTS = frozenset({"ObjectApplied", "ObjectDeleted"})
+OBSERVATION_EVENTS = frozenset({"VolumeConditionChanged", "VolumeUsageChanged"})
+"""What the volume stats gatherer saw of a mounted pod-volume: on pod-volume streams only,
+in any state, never a transition."""
 
 
 def table_for_stream_kind(kind: str) -> FsmTable | None:

@@ -103,6 +103,49 @@ class DesiredSizeChanged(Body, frozen=True, kw_only=True):
 
 
 # --------------------------------------------------------------------------
+# The node's object store (stream "object/<Kind>/<namespace>/<name>", or
+# "object/<Kind>/<name>" for cluster-scoped kinds)
+
+
+class ObjectApplied(Body, frozen=True, kw_only=True):
+    """An object of the node's object store was created or changed (a Pod, PV, PVC,
+    ConfigMap, Secret, ServiceAccount, ClusterTrustBundle or CSIDriver).
+
+    Never a value: `content_hash` identifies the content, "sha256:<hex>" of
+    the object's canonical JSON, or for a Secret "hmac-sha256:<hex>" keyed by
+    a node secret kept beside the store, so a copied log lets nobody test
+    guesses of a value. `resource_version` is the store's revision (node-local,
+    increasing, what the object's metadata.resourceVersion says). `keys`
+    names a ConfigMap's or Secret's keys. `action`: created, configured or
+    replaced (a new uid under the same name). `reason` is set when the event
+    was recorded at start for a change the store had and the log did not.
+    """
+
+    KIND = "object"
+    kind: str
+    namespace: str = ""
+    name: str
+    uid: str
+    resource_version: int
+    content_hash: str
+    action: str = "created"
+    keys: tuple[str, ...] = ()
+    reason: str = ""
+
+
+class ObjectDeleted(Body, frozen=True, kw_only=True):
+    """An object was deleted from the node's object store."""
+
+    KIND = "object"
+    kind: str
+    namespace: str = ""
+    name: str
+    uid: str
+    resource_version: int
+    reason: str = ""
+
+
+# --------------------------------------------------------------------------
 # Device transitions (stream "device/<volume_id>")
 
 
@@ -249,11 +292,62 @@ class OperationFailed(Body, frozen=True, kw_only=True):
     duration_s: float = 0.0
 
 
+# --------------------------------------------------------------------------
+# Observations of a mounted pod-volume (stream "podvol/<pod_uid>/<volume_name>")
+#
+# Not transitions: like operation records they may appear in any state. The
+# volume stats gatherer (`volfsm.engine.volstats`) records them only when
+# what it sees changes, never every period.
+
+
+class VolumeConditionChanged(Body, frozen=True, kw_only=True):
+    """The volume's health, as its CSI driver reports it (VOLUME_CONDITION), changed.
+
+    Recorded when a volume turns abnormal, when its message changes while
+    abnormal, and when it is normal again; a first normal report is not a
+    change. `claim` is the PersistentVolumeClaim ("" for other volumes).
+    """
+
+    KIND = "observation"
+    volume_id: str
+    pod_uid: str
+    volume_name: str
+    abnormal: bool
+    message: str = ""
+    namespace: str = ""
+    claim: str = ""
+
+
+class VolumeUsageChanged(Body, frozen=True, kw_only=True):
+    """A PVC-backed volume's usage moved to another step (see `volfsm.engine.volstats`).
+
+    Bytes and inodes as the kubelet's `kubelet_volume_stats_*` gauges have
+    them (0 where the source did not say); `source` is "csi"
+    (NodeGetVolumeStats) or "statvfs".
+    """
+
+    KIND = "observation"
+    volume_id: str
+    pod_uid: str
+    volume_name: str
+    namespace: str
+    claim: str
+    capacity_bytes: int = 0
+    available_bytes: int = 0
+    used_bytes: int = 0
+    inodes: int = 0
+    inodes_free: int = 0
+    inodes_used: int = 0
+    source: str = ""
+
+
 Event = (
     PodAdded
     | PodRemoved
     | PodCleanedUp
     | DesiredSizeChanged
+    | ObjectApplied
+    | ObjectDeleted
     | DeviceAttached
     | DeviceMounted
     | DeviceMountUncertain
@@ -266,6 +360,8 @@ Event = (
     | OperationStarted
     | OperationSucceeded
     | OperationFailed
+    | VolumeConditionChanged
+    | VolumeUsageChanged
 )
 
 EVENT_TYPES: dict[str, type[Body]] = {
@@ -275,6 +371,8 @@ EVENT_TYPES: dict[str, type[Body]] = {
         PodRemoved,
         PodCleanedUp,
         DesiredSizeChanged,
+        ObjectApplied,
+        ObjectDeleted,
         DeviceAttached,
         DeviceMounted,
         DeviceMountUncertain,
@@ -287,6 +385,8 @@ EVENT_TYPES: dict[str, type[Body]] = {
         OperationStarted,
         OperationSucceeded,
         OperationFailed,
+        VolumeConditionChanged,
+        VolumeUsageChanged,
     )
 }
 

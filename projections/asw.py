@@ -32,10 +32,12 @@ from events.types import (
     PodAdded,
     PodCleanedUp,
     PodRemoved,
+    VolumeConditionChanged,
     VolumeMounted,
     VolumeMountUncertain,
     VolumeResized,
     VolumeUnmounted,
+    VolumeUsageChanged,
 )
 
 StoredRow = tuple[int, str, int, str, int, int, bytes]
@@ -98,6 +100,14 @@ class PodVolumeState(msgspec.Struct, gc=False):
     since_us: int = 0
     last_operation: OperationRecord | None = None
     last_error: OperationRecord | None = None
+    abnormal: bool = False
+    """The driver's last reported volume condition was abnormal (VolumeConditionChanged)."""
+    condition: str = ""
+    """The condition's message while abnormal."""
+    capacity_bytes: int = 0
+    """Capacity at the last recorded usage step (VolumeUsageChanged; 0: none recorded)."""
+    used_bytes: int = 0
+    """Bytes used at the last recorded usage step."""
 
 
 @dataclass(slots=True)
@@ -427,12 +437,26 @@ def _volume_unmounted(pv: PodVolumeState, body: Any) -> None:
     pv.reason = body.reason
     pv.reconstructed = False
     pv.mount_path = ""
+    pv.abnormal, pv.condition = False, ""
+    pv.capacity_bytes = pv.used_bytes = 0
+
+
+def _condition_changed(pv: PodVolumeState, body: Any) -> None:
+    pv.abnormal = body.abnormal
+    pv.condition = body.message if body.abnormal else ""
+
+
+def _usage_changed(pv: PodVolumeState, body: Any) -> None:
+    pv.capacity_bytes = body.capacity_bytes
+    pv.used_bytes = body.used_bytes
 
 
 _PODVOL_UPDATES: dict[type, Callable[[PodVolumeState, Any], None]] = {
     VolumeMounted: _volume_mounted,
     VolumeMountUncertain: _volume_uncertain,
     VolumeUnmounted: _volume_unmounted,
+    VolumeConditionChanged: _condition_changed,
+    VolumeUsageChanged: _usage_changed,
 }
 
 

@@ -138,6 +138,11 @@ class VolumeExplanation:
     operations: list[Attempt] = field(default_factory=list)
     backoff: Backoff | None = None
     waiting_for: list[str] = field(default_factory=list)
+    condition: str = ""
+    """The driver's abnormal volume condition at the moment ("" when normal or unknown)."""
+    capacity_bytes: int = 0
+    """Capacity at the last recorded usage step (0: none recorded while mounted)."""
+    used_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -479,6 +484,9 @@ def _explain_volume(
         operations=operations,
         backoff=backoff,
         waiting_for=waiting,
+        condition=(pv.condition or "abnormal") if pv is not None and pv.abnormal else "",
+        capacity_bytes=pv.capacity_bytes if pv is not None else 0,
+        used_bytes=pv.used_bytes if pv is not None else 0,
     )
 
 

@@ -24,6 +24,8 @@ class EventFilter:
     streams: frozenset[str] = frozenset()
     volume_id: str | None = None
     pod_uid: str | None = None
+    pod_uids: frozenset[str] = frozenset()
+    """Events of any of these pods (the uids a pod's name had); with `pod_uid`, of either."""
     since_us: int | None = None
     until_us: int | None = None
     types: frozenset[str] = frozenset()
@@ -56,6 +58,12 @@ def _in_pod(env: Envelope, pod_uid: str) -> bool:
     return env.stream == pod_stream(pod_uid) or env.stream.startswith(f"podvol/{pod_uid}/")
 
 
+def _in_any_pod(env: Envelope, flt: EventFilter) -> bool:
+    if flt.pod_uid is not None and _in_pod(env, flt.pod_uid):
+        return True
+    return any(_in_pod(env, uid) for uid in flt.pod_uids)
+
+
 def select(envelopes: Iterable[Envelope], flt: EventFilter) -> Iterator[Envelope]:
     """The envelopes (in the given order) that `flt` keeps."""
     links = _VolumeLinks(flt.volume_id) if flt.volume_id is not None else None
@@ -69,7 +77,7 @@ def select(envelopes: Iterable[Envelope], flt: EventFilter) -> Iterator[Envelope
             continue
         if flt.streams and env.stream not in flt.streams:
             continue
-        if flt.pod_uid is not None and not _in_pod(env, flt.pod_uid):
+        if (flt.pod_uid is not None or flt.pod_uids) and not _in_any_pod(env, flt):
             continue
         if flt.types and env.type not in flt.types:
             continue

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from events.streams import DEVICE_PREFIX, POD_PREFIX, PODVOL_PREFIX
+from events.streams import DEVICE_PREFIX, OBJECT_PREFIX, POD_PREFIX, PODVOL_PREFIX
 from events.tables import DEVICE_FSM, GLOBALLY_MOUNTED, PODVOL_FSM, UNMOUNTED
 from events.types import (
     DesiredSizeChanged,
@@ -30,18 +30,23 @@ from events.types import (
     DeviceMountUncertain,
     DeviceUnmounted,
     Envelope,
+    ObjectApplied,
+    ObjectDeleted,
     OperationFailed,
     OperationStarted,
     OperationSucceeded,
     PodAdded,
     PodCleanedUp,
     PodRemoved,
+    VolumeConditionChanged,
     VolumeMounted,
     VolumeMountUncertain,
     VolumeResized,
     VolumeUnmounted,
+    VolumeUsageChanged,
 )
 from projections.asw import Asw, DeviceState, PodVolumeState
+from projections.objects import object_text
 from projections.textfmt import (
     ERROR_MESSAGE_LIMIT,
     describe_attempt,
@@ -101,6 +106,15 @@ def driver_calls(operation: str, plugin: str, device_state: str) -> tuple[str, .
     if plugin.startswith(EMPTY_DIR_PLUGIN) and operation == "volume_unmount":
         return ("TearDown",)
     return _PLUGIN_CALLS.get(operation, ())
+
+
+def usage_text(body: VolumeUsageChanged) -> str:
+    """'412.0 MiB of 1.0 GiB used (40%), inodes 12 of 65536'."""
+    share = f" ({100 * body.used_bytes // body.capacity_bytes}%)" if body.capacity_bytes else ""
+    text = f"{size_text(body.used_bytes)} of {size_text(body.capacity_bytes)} used{share}"
+    if body.inodes:
+        text += f", inodes {body.inodes_used} of {body.inodes}"
+    return text
 
 
 # ---------------------------------------------------------------------- lines
@@ -197,9 +211,13 @@ class Story:
             "PodRemoved": self._pod_removed,
             "PodCleanedUp": self._pod_cleaned_up,
             "DesiredSizeChanged": self._size_wanted,
+            "ObjectApplied": self._object_changed,
+            "ObjectDeleted": self._object_changed,
             "OperationStarted": self._op_started,
             "OperationSucceeded": self._op_succeeded,
             "OperationFailed": self._op_failed,
+            "VolumeConditionChanged": self._condition_changed,
+            "VolumeUsageChanged": self._usage_changed,
         }
         for event in DEVICE_FSM.event_types():
             self._tellers[event] = self._device_transition
@@ -245,6 +263,9 @@ class Story:
         elif stream.startswith(PODVOL_PREFIX):
             uid, _, name = stream[len(PODVOL_PREFIX) :].partition("/")
             text = f"{self.pod_names.get(uid, 'pod ' + uid)}:{name}"
+        elif stream.startswith(OBJECT_PREFIX):
+            kind, _, rest = stream[len(OBJECT_PREFIX) :].partition("/")
+            text = f"{kind.lower()} {rest}"
         elif stream.startswith(POD_PREFIX):
             uid = stream[len(POD_PREFIX) :]
             text = "pod " + self.pod_names.get(uid, uid)
@@ -305,6 +326,13 @@ class Story:
         self.asw.apply(env)
         forgot = ", ".join(body.volume_names) or "no volume entries"
         text = f"pod cleaned up: volumes unmounted, pod dir removed; forgets {forgot}"
+        return StoryLine(env.seq, env.ts, env.stream, env.type, self.subject(env.stream), text)
+
+    def _object_changed(self, env: Envelope) -> StoryLine:
+        body = env.body
+        assert isinstance(body, ObjectApplied | ObjectDeleted)
+        self.asw.apply(env)
+        text = object_text(body)
         return StoryLine(env.seq, env.ts, env.stream, env.type, self.subject(env.stream), text)
 
     def _size_wanted(self, env: Envelope) -> StoryLine:
@@ -381,6 +409,25 @@ class Story:
         )
         subject = self._subjects.get(stream) or self._new_subject(stream)
         return StoryLine(env.seq, env.ts, stream, env.type, subject, text, op=facts)
+
+    # --------------------------------------------------------- observations
+
+    def _condition_changed(self, env: Envelope) -> StoryLine:
+        body = env.body
+        assert isinstance(body, VolumeConditionChanged)
+        self.asw.apply(env)
+        if body.abnormal:
+            text = f"volume condition abnormal: {body.message or 'no message'}"
+        else:
+            text = "volume condition normal again"
+        return StoryLine(env.seq, env.ts, env.stream, env.type, self.subject(env.stream), text)
+
+    def _usage_changed(self, env: Envelope) -> StoryLine:
+        body = env.body
+        assert isinstance(body, VolumeUsageChanged)
+        self.asw.apply(env)
+        text = f"usage {usage_text(body)} (claim {body.namespace}/{body.claim}, {body.source})"
+        return StoryLine(env.seq, env.ts, env.stream, env.type, self.subject(env.stream), text)
 
     # ---------------------------------------------------------- transitions
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 import time
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from projections.asw import OperationRecord
+if TYPE_CHECKING:  # annotations only: the CLI's start-up imports this, not the fold
+    from projections.asw import OperationRecord
 
 TIME_HELP = (
     "ISO 8601 time, e.g. 2024-05-01T03:10:00Z or 2024-05-01T05:10:00+02:00 (no offset: UTC), "

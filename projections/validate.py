@@ -8,10 +8,14 @@ Checks, in `seq` order, and stops at the first violation:
   stream's state in `events.tables` (starting at the table's initial
   state); operation records may appear in any state, but an
   OperationSucceeded/Failed must answer an open OperationStarted with the
-  same `op_id` on the same stream; no other event type belongs there;
+  same `op_id` on the same stream; observations (volume health and usage)
+  may appear in any state of a pod-volume stream; no other event type
+  belongs there;
 * desired-state streams (`pod/<uid>`): only desired-state events, a
   PodRemoved only while the pod is added, no PodCleanedUp of a pod that
-  is added and was never removed.
+  is added and was never removed;
+* object streams (`object/<Kind>/...`): only ObjectApplied/ObjectDeleted,
+  an ObjectDeleted only while the object is stored.
 """
 
 from __future__ import annotations
@@ -20,7 +24,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from events.streams import stream_kind
-from events.tables import DESIRED_EVENTS, OPERATION_EVENTS, FsmTable, table_for_stream_kind
+from events.tables import (
+    DESIRED_EVENTS,
+    OBJECT_EVENTS,
+    OBSERVATION_EVENTS,
+    OPERATION_EVENTS,
+    PODVOL_FSM,
+    FsmTable,
+    table_for_stream_kind,
+)
 from events.types import Envelope, OperationStarted
 
 
@@ -106,6 +118,8 @@ class Validator:
             return _check_fsm_event(env, st, table)
         if kind == "pod":
             return _check_desired_event(env, st)
+        if kind == "object":
+            return _check_object_event(env, st)
         return None
 
 
@@ -120,6 +134,8 @@ def _initial(stream: str) -> str:
 def _check_fsm_event(env: Envelope, st: _StreamState, table: FsmTable) -> str | None:
     if env.type in OPERATION_EVENTS:
         return _check_operation(env, st)
+    if env.type in OBSERVATION_EVENTS:
+        return None if table is PODVOL_FSM else "an observation belongs on a pod-volume stream"
     if env.type not in table.event_types():
         return f"not an event of the {table.name} state machine"
     new_state = table.next_state(st.state, env.type)
@@ -159,6 +175,18 @@ def _check_desired_event(env: Envelope, st: _StreamState) -> str | None:
         # knew (found on the node) has no PodAdded at all: the fold forgets only Unmounted
         # entries, so neither changes anything.
         return "PodCleanedUp of a pod that is desired and was never removed"
+    return None
+
+
+def _check_object_event(env: Envelope, st: _StreamState) -> str | None:
+    if env.type not in OBJECT_EVENTS:
+        return "not an object-store event"
+    if env.type == "ObjectApplied":
+        st.state = "Stored"
+    elif st.state != "Stored":
+        return "ObjectDeleted of an object that is not stored"
+    else:
+        st.state = "Deleted"
     return None
 
 

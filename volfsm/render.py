@@ -12,10 +12,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
 import msgspec
-from rich import box
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from projections.textfmt import duration_text, iso_time, size_text
 
@@ -89,10 +85,14 @@ def print_table(
     """Print a table: rich on a terminal, plain aligned text otherwise."""
     stream = out if out is not None else sys.stdout
     materialized = [list(r) for r in rows]
-    console = Console(file=stream, highlight=False)
-    if not console.is_terminal:
+    if not _is_terminal(stream):
         stream.write(_plain_table(title, columns, materialized))
         return
+    from rich import box  # rich only on a terminal: it is slow to import
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=stream, highlight=False)
     table = Table(title=title or None, title_justify="left", box=box.SIMPLE_HEAD)
     for i, col in enumerate(columns):
         widest = max([len(col), *(len(row[i]) for row in materialized)])
@@ -107,7 +107,16 @@ def print_table(
     console.print(table)
 
 
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def _styled(cell: str) -> str:
+    from rich.markup import escape
+
     style = STATE_STYLES.get(cell.split(" ", 1)[0])
     text = escape(cell)
     return text if style is None else f"[{style}]{text}[/]"

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from events.log import EventLog
 from events.tables import OPERATION_EVENTS
+from events.types import PodAdded
 from projections.asw import fold
 from projections.validate import validate
 from tests.cli.conftest import DEMO_END_US, DEMO_SEED
@@ -105,3 +106,21 @@ def test_demo_never_touches_a_foreign_file_even_with_force(
     assert result.exit_code == 2
     assert str(path) in result.stderr and "not a volfsm event log" in result.stderr
     assert path.read_text() == "my data\n" * 50
+
+
+def test_demo_never_replaces_a_log_a_service_wrote_even_with_force(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    # A service's log: its node's events and the relay's cursor (what `volfsm serve` leaves)
+    path = tmp_path / "volfsm.db"
+    with EventLog(path, node="node-1") as log:
+        log.append("pod/p", 0, [PodAdded(pod_uid="p", namespace="shop", name="web-0")])
+        log.set_cursor("relay:VOLFSM", 1)
+    before = path.read_bytes()
+    for extra in ([], ["--force"], ["--force", "--node", "node-1"]):
+        result = runner.invoke(app, ["demo", "--data-dir", str(tmp_path), *extra])
+        assert result.exit_code == 2
+        [line] = result.stderr.splitlines()
+        assert str(path) in line and "node node-1" in line and "not even with --force" in line
+        assert "volfsm demo --data-dir /tmp/volfsm-demo" in line
+    assert path.read_bytes() == before

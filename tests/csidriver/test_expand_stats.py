@@ -201,3 +201,39 @@ def test_filesystem_stats(
 
     unpublish_volume(csi, "st1", pod)
     unstage_volume(csi, "st1", stage_path)
+
+
+def test_volume_condition_normal_abnormal_by_fault_and_image_gone(
+    driver: DriverProcess, csi: CsiClients, staging: PathFor, target: PathFor
+) -> None:
+    create_volume(csi, "vc1", 32 * MIB)
+    stage_path, pod = staging("vc1"), target("cond")
+    stage_volume(csi, "vc1", stage_path)
+    publish_volume(csi, "vc1", stage_path, pod)
+    request = csi_pb2.NodeGetVolumeStatsRequest(volume_id="vc1", volume_path=pod)
+
+    def condition(usages: int = 2) -> tuple[bool, str]:
+        resp = csi.node.NodeGetVolumeStats(request, timeout=10)
+        assert resp.HasField("volume_condition") and len(resp.usage) == usages
+        return resp.volume_condition.abnormal, resp.volume_condition.message
+
+    assert condition() == (False, "")
+    driver.set_faults(
+        [
+            {"rpc": "NodePublishVolume", "action": "abnormal"},  # refused: not a stats call
+            {"rpc": "NodeGetVolumeStats", "action": "abnormal", "message": "bad disk", "times": 1},
+        ]
+    )
+    assert condition() == (True, "bad disk")
+    assert condition() == (False, "")  # times: 1
+    driver.clear_faults()
+    image = driver.image("vc1")
+    hidden = image.with_suffix(".hidden")
+    image.rename(hidden)
+    try:
+        abnormal, message = condition(usages=0)  # not measurable, but why is said
+        assert abnormal and "is missing" in message
+    finally:
+        hidden.rename(image)
+    unpublish_volume(csi, "vc1", pod)
+    unstage_volume(csi, "vc1", stage_path)

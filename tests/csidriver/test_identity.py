@@ -45,6 +45,7 @@ def test_node_capabilities_and_info(csi: CsiClients) -> None:
         NodeRPC.STAGE_UNSTAGE_VOLUME,
         NodeRPC.GET_VOLUME_STATS,
         NodeRPC.EXPAND_VOLUME,
+        NodeRPC.VOLUME_CONDITION,
     }
     info = csi.node.NodeGetInfo(csi_pb2.NodeGetInfoRequest(), timeout=5)
     assert info.node_id == "node-1"
@@ -65,6 +66,7 @@ def test_flags_change_what_is_offered(start_driver: StartDriver) -> None:
     assert _node_caps(csi) == {
         NodeRPC.GET_VOLUME_STATS,
         NodeRPC.EXPAND_VOLUME,
+        NodeRPC.VOLUME_CONDITION,
         NodeRPC.SINGLE_NODE_MULTI_WRITER,
         NodeRPC.VOLUME_MOUNT_GROUP,
     }

@@ -24,7 +24,9 @@ async def test_apply_records_desired_events_once_and_rejects_invalid_objects_who
 ) -> None:
     engine = await make_engine(plugin)
     first = await engine.apply(OBJECTS)
-    assert [env.type for env in first.events] == ["PodAdded"]
+    assert [env.type for env in first.events] == ["PodAdded"] + ["ObjectApplied"] * 3
+    kinds = [getattr(env.body, "kind", "") for env in first.events[1:]]
+    assert kinds == ["PersistentVolume", "PersistentVolumeClaim", "Pod"]
     assert [str(r) for r in first.objects][-1] == "pod/default/pod-u1 created"
     await engine.wait_pod("u1", "mounted", timeout=5)
     again = await engine.apply(OBJECTS)

@@ -42,7 +42,7 @@ async def test_volume_that_grew_before_publish_is_expanded_during_mount(
     await engine.apply([*pv_set("v1", size="1Gi"), pod("u1", claim_volume("data", "v1"))])
     await eventually(lambda: plugin.calls("mount_device") == 1, "staging")
     result = await engine.apply([pv("v1", size="2Gi")])  # the PV grows while the mount runs
-    assert [env.type for env in result.events] == ["DesiredSizeChanged"]
+    assert [env.type for env in result.events] == ["DesiredSizeChanged", "ObjectApplied"]
     gate.set()
     await engine.wait_pod("u1", "mounted", timeout=5)
     await engine.settle()

@@ -130,4 +130,4 @@ def test_cli_refuses_to_before_from(runner: CliRunner, incident: Path) -> None:
             "2024-05-01T03:10:00Z",
         ],
     )
-    assert result.exit_code == 2 and "--to is before --from" in result.stderr
+    assert result.exit_code == 2 and "--until is before --since" in result.stderr

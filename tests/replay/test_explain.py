@@ -179,7 +179,9 @@ def test_cli_json_and_errors(runner: CliRunner, incident: Path) -> None:
     assert backoff["retry_in_us"] == 263_000
     result = runner.invoke(app, ["explain", "pod", "shop/nope", "--db", str(incident)])
     assert result.exit_code == 2
-    assert "no pod 'shop/nope' in the log" in result.stderr
+    assert (
+        "no pod shop/nope in this log; pods it has: batch/report-1, ci/builder-7" in result.stderr
+    )
 
 
 def test_a_reconstructed_entry_is_said_to_stay_uncertain() -> None:

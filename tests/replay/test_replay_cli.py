@@ -104,7 +104,7 @@ def test_until_before_from_is_refused(runner: CliRunner, incident: Path) -> None
         app, ["replay", "--db", str(incident), "--from", SEQ_26_AT, "--until", SEQ_16_AT]
     )
     assert result.exit_code == 2
-    assert "--until is before --from" in result.stderr
+    assert "--until is before --since" in result.stderr
 
 
 def test_a_missing_log_is_a_one_line_error(runner: CliRunner, tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ def run(runner: CliRunner, *args: str, env: dict[str, str] | None = None) -> tup
 def test_argument_errors_exit_2(runner: CliRunner, tmp_path: Path) -> None:
     where = ["--nats", "nats://127.0.0.1:1"]
     code, _, err = run(runner, "delete", "pod", *where)
-    assert code == 2 and "give NAMESPACE/NAME or --uid" in err
+    assert code == 2 and "give the pod: NAMESPACE/NAME or its uid" in err
     code, _, err = run(runner, "delete", "pod", "a/b", "--uid", "u", *where)
     assert code == 2
     code, _, err = run(runner, "delete", "pod", "a/b/c", *where)
@@ -67,7 +67,8 @@ def test_invalid_objects_and_unknown_pods_are_refused(
     assert code == 1
     assert "node n1: InvalidObject: Pod default/p: metadata.uid" in err
     code, _, err = run(runner, "delete", "pod", "default/ghost", env=env)
-    assert code == 1 and "NotFound: pod default/ghost is not in the desired state" in err
+    assert code == 2
+    assert err == "volfsm: error: no pod default/ghost on node n1; pods it has: none\n"
     code, _, err = run(
         runner, "wait", "pod", "default/ghost", "--for", "mounted", "--timeout", "0.3", env=env
     )

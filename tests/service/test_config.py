@@ -233,7 +233,9 @@ def test_every_option_is_declared_once_and_reaches_the_command_line() -> None:
     from volfsm.cli import app
     from volfsm.service.config import FIELDS, option_name
 
-    command = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
+    root = typer.main.get_command(app)
+    command = root.get_command(typer._click.Context(root), "serve")  # type: ignore[attr-defined]
+    assert command is not None
     options = {opt: param for param in command.params for opt in param.opts}
     for key, declared in FIELDS.items():
         meta = declared.__metadata__[0]
@@ -241,3 +243,15 @@ def test_every_option_is_declared_once_and_reaches_the_command_line() -> None:
         param = options[option_name(key)]
         assert param.help == meta.description
         assert param.default is None  # unset on the command line: env, file, default apply
+
+
+def test_volume_stats_agg_period_takes_durations_as_the_kubelet_flag_does(tmp_path: Path) -> None:
+    base = {"data_dir": str(tmp_path), "node": "n1"}
+    assert settings_from(base, environ={}).volume_stats_period == 60.0  # kubelet's 1m
+    for text, seconds in (("1m30s", 90.0), ("500ms", 0.5), ("2", 2.0), ("0", 0.0), ("-1s", -1.0)):
+        cli = {**base, "volume_stats_agg_period": text}
+        assert settings_from(cli, environ={}).volume_stats_period == seconds
+    env = {"VOLFSM_VOLUME_STATS_AGG_PERIOD": "2m"}
+    assert settings_from(base, environ=env).volume_stats_period == 120.0
+    with pytest.raises(ConfigError, match=r"--volume-stats-agg-period \(from env .*not a duration"):
+        settings_from(base, environ={"VOLFSM_VOLUME_STATS_AGG_PERIOD": "1 min"})

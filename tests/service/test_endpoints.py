@@ -24,7 +24,7 @@ from events.log import ANY_VERSION, EventLog
 from tests.helpers.prometheus import families, sample, series
 from tests.service.conftest import MakeServe
 from tests.service.helpers import EXAMPLES, NODE, ServeProcess, expected_stream, read_stream
-from tests.service.test_http_metrics import SERVICE_FAMILIES, SERVICE_SERIES
+from tests.service.test_http_metrics import KUBELET_FAMILIES, SERVICE_FAMILIES, SERVICE_SERIES
 from volfsm.bus import NatsServer, free_port
 from volfsm.cli import app
 from volfsm.desired.dsw import DesiredStateOfWorld
@@ -32,6 +32,12 @@ from volfsm.desired.loader import load_objects
 from volfsm.service.config import settings_from
 from volfsm.service.serve import NodeService
 
+KUBELET_SAMPLES = {
+    f"{family}{suffix}"
+    for family in KUBELET_FAMILIES
+    for suffix in ("", "_total", "_bucket", "_count", "_sum")
+}
+"""Sample names of the kubelet families added in #16."""
 SCRATCH_UID = "6f1c2a4e-0000-4000-8000-00000000e001"
 EMPTY_DIR = "kubernetes.io/empty-dir"
 
@@ -108,9 +114,10 @@ def test_ready_and_mounting_while_nats_is_down_then_catching_up(
     assert result.exit_code == 0, result.output
     assert "Mounted" in result.stdout
     text = scrape(svc)
-    assert families(text) == SERVICE_FAMILIES
-    assert series(text) <= SERVICE_SERIES
-    ok_mount = {"volume_plugin": EMPTY_DIR, "operation_name": "volume_mount", "status": "success"}
+    assert families(text) == SERVICE_FAMILIES | KUBELET_FAMILIES
+    assert {name for name, _ in series(text) - SERVICE_SERIES} <= KUBELET_SAMPLES
+    ok_mount = {"volume_plugin": EMPTY_DIR, "operation_name": "volume_mount", "status": "success",
+                "migrated": "false"}  # fmt: skip
     assert sample(text, "storage_operation_duration_seconds_count", **ok_mount) == 2
     assert sample(text, "volfsm_transitions_total", fsm="podvol", event="VolumeMounted") == 2
     assert sample(text, "volfsm_commands_total", verb="get", code="ok") == 1

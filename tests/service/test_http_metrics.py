@@ -22,6 +22,7 @@ from events.types import (
 )
 from projections.asw import Asw
 from tests.helpers.prometheus import Series, families, label_values, sample, series
+from volfsm.engine.volstats import VolumeStats, VolumeUsage
 from volfsm.service.metrics import ServiceMetrics, Snapshot
 from volfsm.web.exposition import exposition
 from volfsm.web.http import HttpServer, Request, Response
@@ -130,8 +131,20 @@ SERVICE_FAMILIES = {
 }
 """Every family /metrics of `volfsm serve` exposed before prometheus_client (parser names:
 a counter's family has no `_total`, its samples do)."""
+KUBELET_FAMILIES = {
+    **{f"kubelet_volume_stats_{n}": "gauge" for n in ("capacity_bytes", "available_bytes",
+       "used_bytes", "inodes", "inodes_free", "inodes_used", "health_status_abnormal")},
+    "kubelet_volume_metric_collection_duration_seconds": "histogram",
+    "csi_operations_seconds": "histogram",
+    "volume_operation_total_seconds": "histogram",
+    "reconstruct_volume_operations": "counter",
+    "reconstruct_volume_operations_errors": "counter",
+    "force_cleaned_failed_volume_operations": "counter",
+    "force_cleaned_failed_volume_operation_errors": "counter",
+}  # fmt: skip
+"""The kubelet's volume families added for the operator's view (#16)."""
 
-_STORAGE = ("operation_name", "status", "volume_plugin")
+_STORAGE = ("migrated", "operation_name", "status", "volume_plugin")
 SERVICE_SERIES: set[Series] = {
     ("storage_operation_duration_seconds_bucket", ("le", *_STORAGE)),
     ("storage_operation_duration_seconds_count", _STORAGE),
@@ -225,8 +238,63 @@ def scraped() -> str:
 
 def test_every_family_and_series_exposed_before_is_there() -> None:
     text = scraped()
-    assert families(text) == SERVICE_FAMILIES
-    assert series(text) == SERVICE_SERIES
+    assert families(text) == SERVICE_FAMILIES | KUBELET_FAMILIES
+    assert series(text) >= SERVICE_SERIES
+
+
+def test_volume_stats_csi_calls_and_reconstruction_counters() -> None:
+    snap = snapshot()
+    usage = VolumeUsage(capacity_bytes=100, available_bytes=60, used_bytes=40, inodes=10,
+                        inodes_free=7, inodes_used=3, source="csi")  # fmt: skip
+    stats = VolumeStats(pod_uid="pod-uid-1", volume_name="data", volume_id=CSI_ID,
+                        namespace="default", pod_name="web", claim="data-web-0",
+                        metric_source="csi.volfsm.dev", usage=usage, abnormal=True,
+                        message="m", gathered_us=1)  # fmt: skip
+    snap.volume_stats = [stats]
+    snap.reconstruction = {"reconstructed": 2, "orphans": [{"status": "cleaned"},
+                           {"status": "failed"}, {"status": "pending"}], "error": ""}  # fmt: skip
+    m = fed_metrics(snap)
+    m.csi_call("csi.volfsm.dev", "/csi.v1.Node/NodeStageVolume", "DeadlineExceeded", 3.0)
+    m.volume_stats_collected("csi.volfsm.dev", 0.02)
+    text = exposition(m.registry).decode()
+    claim = {"namespace": "default", "persistentvolumeclaim": "data-web-0"}
+    assert sample(text, "kubelet_volume_stats_capacity_bytes", **claim) == 100
+    assert sample(text, "kubelet_volume_stats_inodes_used", **claim) == 3
+    assert sample(text, "kubelet_volume_stats_health_status_abnormal", **claim) == 1
+    call = {"driver_name": "csi.volfsm.dev", "method_name": "/csi.v1.Node/NodeStageVolume",
+            "grpc_status_code": "DeadlineExceeded", "migrated": "false"}  # fmt: skip
+    assert sample(text, "csi_operations_seconds_bucket", **call, le="2.5") == 0
+    assert sample(text, "csi_operations_seconds_bucket", **call, le="5") == 1
+    assert (
+        sample(text, "kubelet_volume_metric_collection_duration_seconds_count",
+               metric_source="csi.volfsm.dev") == 1
+    )  # fmt: skip
+    e2e = {"plugin_name": "kubernetes.io/csi:csi.volfsm.dev", "operation_name": "volume_mount"}
+    assert sample(text, "volume_operation_total_seconds_count", **e2e) == 1
+    assert sample(text, "reconstruct_volume_operations_total") == 5
+    assert sample(text, "reconstruct_volume_operations_errors_total") == 3
+    assert sample(text, "force_cleaned_failed_volume_operations_total") == 2
+    assert sample(text, "force_cleaned_failed_volume_operation_errors_total") == 1
+
+
+def test_end_to_end_spans_failed_attempts_until_one_succeeds() -> None:
+    m = ServiceMetrics(snapshot)
+    stream = "podvol/pod-uid-1/cache"
+    m.observe(
+        [
+            env(1_000_000, OperationStarted(op_id="a", operation="volume_mount",
+                volume_id=EMPTY_ID, plugin="kubernetes.io/empty-dir"), stream),
+            env(2_000_000, OperationFailed(op_id="a", operation="volume_mount", code="X",
+                message="", final=False), stream),
+            env(5_000_000, OperationStarted(op_id="b", operation="volume_mount",
+                volume_id=EMPTY_ID, plugin="kubernetes.io/empty-dir"), stream),
+            env(7_500_000, OperationSucceeded(op_id="b", operation="volume_mount"), stream),
+        ]
+    )  # fmt: skip
+    text = exposition(m.registry).decode()
+    e2e = {"plugin_name": "kubernetes.io/empty-dir", "operation_name": "volume_mount"}
+    assert sample(text, "volume_operation_total_seconds_count", **e2e) == 1
+    assert sample(text, "volume_operation_total_seconds_sum", **e2e) == 6.5
 
 
 def test_kubelet_compatible_families() -> None:
@@ -239,7 +307,7 @@ def test_kubelet_compatible_families() -> None:
         text, "volume_manager_total_volumes",
         plugin_name="kubernetes.io/empty-dir", state="actual_state_of_world",
     ) == 1  # fmt: skip
-    labels = {"volume_plugin": "kubernetes.io/csi:csi.volfsm.dev",
+    labels = {"volume_plugin": "kubernetes.io/csi:csi.volfsm.dev", "migrated": "false",
               "operation_name": "volume_mount", "status": "success"}  # fmt: skip
     assert sample(text, "storage_operation_duration_seconds_bucket", **labels, le="0.25") == 0
     assert sample(text, "storage_operation_duration_seconds_bucket", **labels, le="0.5") == 1
@@ -247,7 +315,7 @@ def test_kubelet_compatible_families() -> None:
     assert sample(text, "storage_operation_duration_seconds_sum", **labels) == 0.3
     assert sample(text, "storage_operation_duration_seconds_count", **labels) == 1
     failed = {"volume_plugin": "kubernetes.io/empty-dir", "operation_name": "volume_mount",
-              "status": "fail-unknown"}  # fmt: skip
+              "status": "fail-unknown", "migrated": "false"}  # fmt: skip
     assert sample(text, "storage_operation_duration_seconds_bucket", **failed, le="10") == 0
     assert sample(text, "storage_operation_duration_seconds_bucket", **failed, le="15") == 1
     assert "# TYPE storage_operation_duration_seconds histogram\n" in text
@@ -328,7 +396,7 @@ def test_infinite_values_render() -> None:
     )  # fmt: skip
     text = exposition(m.registry).decode()
     labels = {"volume_plugin": "kubernetes.io/empty-dir", "operation_name": "volume_mount",
-              "status": "success"}  # fmt: skip
+              "status": "success", "migrated": "false"}  # fmt: skip
     assert sample(text, "storage_operation_duration_seconds_sum", **labels) == math.inf
     assert sample(text, "storage_operation_duration_seconds_bucket", **labels, le="600") == 0
     assert sample(text, "storage_operation_duration_seconds_bucket", **labels, le="+Inf") == 1

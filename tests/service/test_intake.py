@@ -65,6 +65,17 @@ class FakeEngine:
         self._check()
         return [VolumeStatus(volume_id="v", state="DeviceGloballyMounted", plugin="p")]
 
+    async def delete_object(self, kind: str, namespace: str, name: str) -> bool:
+        self._check()
+        if name == "in-use":
+            raise InvalidObjectError("", "in use by pod default/web", f"{kind} {name}")
+        self.deleted.append((kind, namespace, name))
+        return name == "app"
+
+    def object_listing(self, what: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        self._check()
+        return [{"kind": what, "namespace": namespace or "", "name": "app"}]
+
 
 def processor(engine: FakeEngine, counts: list[tuple[str, str]] | None = None) -> CommandProcessor:
     return CommandProcessor(
@@ -157,6 +168,7 @@ async def test_apply_delete_get_replies() -> None:
     assert reply == {
         "ok": True,
         "results": [{"kind": "Pod", "namespace": "default", "name": "web", "action": "created"}],
+        "skipped": [],
         "changed": False,
         "events": 0,
         "last_seq": None,
@@ -188,6 +200,29 @@ async def test_draining_and_stopped_engines_answer_unavailable() -> None:
     proc.accepting = True
     engine.running = False
     assert code(await ask(proc, "apply", {"objects": []})) == intake.UNAVAILABLE
+
+
+async def test_stored_objects_are_listed_and_deleted_by_kind() -> None:
+    engine = FakeEngine()
+    proc = processor(engine)
+    listed = await ask(proc, "get", {"what": "configmaps", "namespace": "shop"})
+    assert listed == {
+        "ok": True,
+        "what": "configmaps",
+        "items": [{"kind": "configmaps", "namespace": "shop", "name": "app"}],
+    }
+    assert code(await ask(proc, "get", {"what": "secrets", "name": "x"})) == intake.INVALID_REQUEST
+    body = {"kind": "ConfigMap", "namespace": "shop", "name": "app"}
+    assert await ask(proc, "delete", body) == {"ok": True, "deleted": True}
+    assert engine.deleted == [("ConfigMap", "shop", "app")]
+    missing = await ask(proc, "delete", {**body, "name": "gone"})
+    assert code(missing) == intake.NOT_FOUND
+    assert missing["error"]["message"] == "ConfigMap shop/gone is not stored on node n1"
+    in_use = await ask(proc, "delete", {"kind": "PersistentVolume", "name": "in-use"})
+    assert code(in_use) == intake.INVALID_OBJECT
+    assert code(await ask(proc, "delete", {"kind": "Deployment", "name": "x"})) == (
+        intake.INVALID_REQUEST
+    )
 
 
 def test_verb_of() -> None:

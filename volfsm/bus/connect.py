@@ -17,6 +17,9 @@ import nats.errors
 from nats.aio.client import Client as NATS
 
 from volfsm.bus.errors import NatsAuthError, NatsDeniedError
+from volfsm.bus.urls import URL_SCHEMES, split_servers
+
+__all__ = ["URL_SCHEMES", "connect_once", "split_servers"]
 
 T = TypeVar("T")
 
@@ -34,24 +37,6 @@ OWNED_OPTIONS = frozenset(
     }
 )
 """`nats.connect` options `connect_once` sets itself."""
-
-
-URL_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
-"""Schemes a NATS server URL may have."""
-
-
-def split_servers(urls: str) -> list[str]:
-    """The server URLs of a comma-separated list (`nats://a:4222,nats://b:4222`).
-
-    Raises ValueError naming the first entry that is empty or has no NATS scheme.
-    """
-    servers = [u.strip() for u in urls.split(",")]
-    for url in servers:
-        if not url.startswith(URL_SCHEMES):
-            raise ValueError(
-                f"NATS URL {url!r} in {urls!r} must start with one of {', '.join(URL_SCHEMES)}"
-            )
-    return servers
 
 
 def is_refusal(exc: BaseException) -> bool:

@@ -6,19 +6,22 @@ the command with one line on stderr naming the path and exit code 2.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from events.errors import LogMissingError, LogOpenError, UnknownEventError
-from events.log import EventLog
 from projections import textfmt
 from volfsm.paths import DATA_DIR_ENV, DEFAULT_DATA_DIR, LOG_FILENAME, log_path
+
+if TYPE_CHECKING:
+    from events.log import EventLog
 
 EXIT_USAGE = 2
 """Exit code for a bad argument or an unusable log file."""
@@ -58,6 +61,8 @@ def fail(message: str) -> NoReturn:
 @contextmanager
 def open_log(data_dir: Path | None, db: Path | None) -> Iterator[EventLog]:
     """The log named by the options, opened read-only; user-caused errors exit 2."""
+    from events.log import EventLog  # sqlite-utils: only for commands that read a log
+
     path = log_path(data_dir, db)
     if path.is_dir():
         fail(f"{path}: is a directory, not a volfsm event log (--db takes the log file)")
@@ -85,3 +90,23 @@ def parse_time(text: str, *, option: str, now_us: int | None = None) -> int:
         return textfmt.parse_time(text, now_us)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=option) from None
+
+
+@contextmanager
+def to_file(path: Path | None) -> Iterator[None]:
+    """Send what the block prints to stdout to `path` instead (nothing changes for None)."""
+    if path is None:
+        yield
+        return
+    try:
+        out = path.open("w", encoding="utf-8")
+    except OSError as exc:
+        fail(f"{path}: cannot write ({exc.strerror})")
+    with out, contextlib.redirect_stdout(out):
+        yield
+
+
+OutFileOpt = Annotated[
+    Path | None,
+    typer.Option("--out-file", help="Write to this file instead of stdout.", dir_okay=False),
+]

@@ -20,16 +20,22 @@ def demo(
     seed: Annotated[
         int | None, typer.Option("--seed", help="Same seed (and --end): same ids and times.")
     ] = None,
-    end: Annotated[
-        str | None, typer.Option("--end", help=f"Time of the last event (default now). {TIME_HELP}")
+    at: Annotated[
+        str | None, typer.Option("--at", help=f"Time of the last event (default now). {TIME_HELP}")
     ] = None,
+    end: Annotated[str | None, typer.Option("--end", hidden=True)] = None,  # old --at
     node: Annotated[str, typer.Option("--node", help="Node name stamped on events.")] = DEMO_NODE,
     force: Annotated[
-        bool, typer.Option("--force", help="Replace a log that already holds events.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace a demo log that already holds events (never a log a service wrote).",
+        ),
     ] = False,
 ) -> None:
     """Write about five minutes of a node's volume history into a new log."""
-    end_us = parse_time(end, option="--end") if end is not None else None
+    at = at if at is not None else end
+    end_us = parse_time(at, option="--at") if at is not None else None
     path = log_path(data_dir, db)
     try:
         result = write_demo(path, seed=seed, end_us=end_us, force=force, node=node)

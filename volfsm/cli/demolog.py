@@ -398,17 +398,43 @@ def _trigger_for(stream: str, event_type: str) -> str:
     return next(t.trigger for t in table.transitions if t.event == event_type)
 
 
+DEMO_CURSOR = "volfsm-demo"
+"""A cursor only `write_demo` sets: the mark of a log that holds nothing but the demo."""
+
+
+class NotADemoLogError(LogNotEmptyError):
+    """The target is a log something else wrote (a service): never replaced, even with force."""
+
+
+def written_by_demo(log: EventLog) -> bool:
+    """Whether `log` is a demo log: marked so, or (older demos) the demo node and never relayed."""
+    cursors = log.cursors()
+    if DEMO_CURSOR in cursors:
+        return True
+    relayed = any(name.startswith("relay:") for name in cursors)
+    return log.node == DEMO_NODE and not relayed
+
+
 def _prepare_target(path: Path, force: bool) -> None:
-    """Refuse to clobber a non-empty log (unless `force`) or anything that is not a log."""
+    """Refuse to clobber a non-empty log (unless `force` and it is a demo log) or anything
+    that is not a log; a log a service wrote is never replaced."""
     if not path.exists() or path.stat().st_size == 0:
         return
     reader = EventLog(path, readonly=True)  # raises for a foreign or newer file
     try:
         events = reader.last_seq()
+        demo = written_by_demo(reader)
+        node = reader.node
     finally:
         reader.close()
     if events == 0:
         return
+    if not demo:
+        raise NotADemoLogError(
+            f"{path}: holds {events} events of node {node or '?'} that volfsm demo did not write"
+            " (a service's log): it is never replaced, not even with --force; write the demo"
+            " elsewhere, e.g. volfsm demo --data-dir /tmp/volfsm-demo"
+        )
     if not force:
         raise LogNotEmptyError(
             f"{path}: already holds {events} events; pass --force to replace it with the demo"
@@ -454,6 +480,7 @@ def write_demo(
                 handler.record(step.stream, step.bodies)
             count += len(step.bodies)
         last_seq = log.last_seq()
+        log.set_cursor(DEMO_CURSOR, last_seq)
     finally:
         log.close()
     return DemoResult(path=target, events=count, last_seq=last_seq, start_us=start, end_us=end)

@@ -18,22 +18,37 @@ class Machine(StrEnum):
     podvol = "podvol"
 
 
+class DiagramOutput(StrEnum):
+    """How the diagrams are printed."""
+
+    mermaid = "mermaid"
+    markdown = "markdown"
+
+
 def diagram(
     machine: Annotated[
         Machine | None, typer.Argument(help="device or podvol (default: both).")
     ] = None,
-    markdown: Annotated[
-        bool, typer.Option("--markdown", help="Wrap each diagram in a ```mermaid fence.")
-    ] = False,
+    output: Annotated[
+        DiagramOutput,
+        typer.Option(
+            "--output",
+            "-o",
+            help="mermaid, or markdown: each diagram in a ```mermaid fence.",
+            case_sensitive=False,
+        ),
+    ] = DiagramOutput.mermaid,
+    markdown: Annotated[bool, typer.Option("--markdown", hidden=True)] = False,  # old -o markdown
 ) -> None:
     """Print the device and/or pod-volume FSM as a mermaid stateDiagram-v2."""
+    fenced = markdown or output is DiagramOutput.markdown
     diagrams = all_diagrams()
     names = [machine.value] if machine is not None else list(diagrams)
     for i, name in enumerate(names):
         if i:
             print_line("")
         text = diagrams[name].rstrip("\n")
-        print_line(f"```mermaid\n{text}\n```" if markdown else text)
+        print_line(f"```mermaid\n{text}\n```" if fenced else text)
 
 
 def register(app: typer.Typer) -> None:

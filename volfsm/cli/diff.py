@@ -88,13 +88,16 @@ def diff_json(diff: WorldDiff, node: str, from_us: int, to_us: int | None) -> di
 
 
 def diff(
-    from_: Annotated[
-        str, typer.Option("--from", help=f"The earlier moment. {TIME_HELP}", show_default=False)
-    ],
-    to: Annotated[
+    since: Annotated[
         str | None,
-        typer.Option("--to", help="The later moment (same forms; default: the end of the log)."),
+        typer.Option("--since", help=f"The earlier moment. {TIME_HELP}", show_default=False),
     ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option("--until", help="The later moment (same forms; default: the end of the log)."),
+    ] = None,
+    from_: Annotated[str | None, typer.Option("--from", hidden=True)] = None,  # old --since
+    to: Annotated[str | None, typer.Option("--to", hidden=True)] = None,  # old --until
     output: OutputOpt = Output.table,
     data_dir: DataDirOpt = None,
     db: DbOpt = None,
@@ -106,10 +109,14 @@ def diff(
     the number of its events in between; "touched" entries kept their state
     but had events (e.g. operations that failed and changed nothing).
     """
-    from_us = parse_time(from_, option="--from")
-    to_us = parse_time(to, option="--to") if to is not None else None
+    since = since if since is not None else from_
+    until = until if until is not None else to
+    if since is None:
+        raise typer.BadParameter("give the earlier moment, --since TIME", param_hint="--since")
+    from_us = parse_time(since, option="--since")
+    to_us = parse_time(until, option="--until") if until is not None else None
     if to_us is not None and to_us < from_us:
-        raise typer.BadParameter("--to is before --from", param_hint="--to")
+        raise typer.BadParameter("--until is before --since", param_hint="--until")
     with open_log(data_dir, db) as log:
         from_seq = log.seq_at_time(from_us)
         to_seq = log.seq_at_time(to_us) if to_us is not None else log.last_seq()

@@ -19,7 +19,8 @@ from projections.explain import (
 )
 from projections.textfmt import TIME_HELP
 from volfsm.cli.common import DataDirOpt, DbOpt, Output, OutputOpt, fail, open_log, parse_time
-from volfsm.render import fmt_duration, fmt_ts, print_json, print_line
+from volfsm.cli.refs import UnknownNameError, resolve_pods
+from volfsm.render import fmt_bytes, fmt_duration, fmt_ts, print_json, print_line
 
 
 def _status_text(status: EntryStatus, at_us: int) -> str:
@@ -67,6 +68,12 @@ def print_explanation(exp: PodExplanation) -> None:
         )
         print_line(f"  pod volume: {_status_text(vol.pod_volume, at)}")
         print_line(f"  device:     {_status_text(vol.device, at)}")
+        if vol.condition:
+            print_line(f"  condition:  ABNORMAL: {vol.condition}")
+        if vol.capacity_bytes:
+            print_line(
+                f"  usage:      {fmt_bytes(vol.used_bytes)} of {fmt_bytes(vol.capacity_bytes)}"
+            )
         if vol.operations:
             print_line("  last operations:")
             for a in vol.operations:
@@ -93,6 +100,9 @@ def explanation_json(exp: PodExplanation) -> dict[str, Any]:
     doc["at"] = fmt_ts(exp.at_us)
     doc["counts"] = exp.counts()
     for vol, item in zip(exp.volumes, doc["volumes"], strict=True):
+        for key in ("condition", "capacity_bytes", "used_bytes"):
+            if not item.get(key):
+                item.pop(key, None)  # only what the log recorded (health and usage)
         for op, op_item in zip(vol.operations, item["operations"], strict=True):
             op_item["retry_at_us"] = op.retry_at_us
         if vol.backoff is not None:
@@ -141,10 +151,17 @@ def explain_pod_cmd(
     at_us = parse_time(at, option="--at") if at is not None else None
     with open_log(data_dir, db) as log:
         try:
-            exp = load_explanation(log, pod, at_us)
+            found = resolve_pods(log, pod)
+        except (UnknownNameError, ValueError) as exc:
+            fail(str(exc))
+        ref = found[0].uid if found[0].uid == pod else found[0].label
+        try:
+            exp = load_explanation(log, ref, at_us)
         except PodNotFoundError:
-            moment = f"at or before {fmt_ts(at_us)}" if at_us is not None else "at all"
-            fail(f"{log.path}: no pod {pod!r} in the log {moment} (give NAMESPACE/NAME or a UID)")
+            fail(
+                f"no pod {pod} in this log at or before {fmt_ts(at_us)}; it was first added "
+                f"at seq {found[0].added_seq} (give a later --at)"
+            )
     if output is Output.json:
         print_json(explanation_json(exp))
     else:
@@ -152,5 +169,8 @@ def explain_pod_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Add `explain pod` to the CLI."""
+    """Add `explain pod` and `explain object` to the CLI."""
+    from volfsm.cli import explain_object
+
+    explain_object.register(explain_app)
     app.add_typer(explain_app)

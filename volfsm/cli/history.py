@@ -14,13 +14,15 @@ from events.streams import stream_kind
 from events.types import EVENT_TYPES, Envelope, PodAdded
 from projections.history import EventFilter, select
 from projections.textfmt import TIME_HELP
-from volfsm.cli.common import DataDirOpt, DbOpt, Output, OutputOpt, open_log, parse_time
+from volfsm.cli.common import DataDirOpt, DbOpt, Output, OutputOpt, fail, open_log, parse_time
+from volfsm.cli.refs import UnknownNameError, check_streams, check_volume, resolve_pods
 from volfsm.render import fmt_ts, print_json, print_table
 
 _IMPLIED_BY_STREAM = {
     "device": {"volume_id"},
     "podvol": {"pod_uid", "volume_name"},
     "pod": {"pod_uid"},
+    "object": {"kind", "namespace", "name"},
 }
 
 
@@ -77,7 +79,12 @@ def history(
         typer.Option("--volume", help="Only events of this volume: device, pod volumes, desired."),
     ] = None,
     pod: Annotated[
-        str | None, typer.Option("--pod", help="Only events of this pod UID (desired and volumes).")
+        str | None,
+        typer.Option(
+            "--pod",
+            help="Only events of this pod, NAMESPACE/NAME (every pod of that name) or its uid "
+            "(desired state and volumes).",
+        ),
     ] = None,
     since: Annotated[
         str | None, typer.Option("--since", help=f"Events at or after this time. {TIME_HELP}")
@@ -94,15 +101,25 @@ def history(
     db: DbOpt = None,
 ) -> None:
     """List events in log order, with filters (all given filters must match)."""
-    flt = EventFilter(
-        streams=frozenset(stream or ()),
-        volume_id=volume,
-        pod_uid=pod,
-        since_us=parse_time(since, option="--since") if since is not None else None,
-        until_us=parse_time(until, option="--until") if until is not None else None,
-        types=_check_types(type_ or []),
-    )
+    since_us = parse_time(since, option="--since") if since is not None else None
+    until_us = parse_time(until, option="--until") if until is not None else None
+    types = _check_types(type_ or [])
     with open_log(data_dir, db) as log:
+        try:
+            uids = frozenset(p.uid for p in resolve_pods(log, pod)) if pod is not None else None
+            if volume is not None:
+                check_volume(log, volume)
+            check_streams(log, stream or ())
+        except (UnknownNameError, ValueError) as exc:
+            fail(str(exc))
+        flt = EventFilter(
+            streams=frozenset(stream or ()),
+            volume_id=volume,
+            pod_uids=uids or frozenset(),
+            since_us=since_us,
+            until_us=until_us,
+            types=types,
+        )
         envs = list(_read(log, flt))
     if output is Output.json:
         print_json([msgspec.Raw(envelope_to_json(e)) for e in envs])

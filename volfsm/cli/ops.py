@@ -6,12 +6,13 @@ They find the service through `--nats` (or `$VOLFSM_NATS`, or the
 takes the same connection options (declared once, added by
 `service_command`, gathered in `ServiceOptions`) and talks to the service
 through `_call`. Exit codes: 0 done, 1 the service refused
-or could not be reached (or a wait timed out), 2 a bad argument or file.
+or could not be reached (or a wait timed out), 2 a bad argument or file,
+3 (`apply`) applied, but objects of kinds a node does not run were skipped.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import functools
 import inspect
 import time
@@ -19,35 +20,50 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import msgspec
 import typer
 
-from projections.asw import OperationRecord
 from projections.textfmt import describe_error, describe_operation
+from volfsm.cli import objects as object_cli
 from volfsm.cli.common import DataDirOpt, Output, OutputOpt, fail
-from volfsm.desired.errors import LoadError
-from volfsm.desired.loader import load_objects
+from volfsm.cli.live import (
+    TooLargeError,
+    check_sizes,
+    follow,
+    match_node_pods,
+    measure,
+    pod_label,
+    read_stdin,
+    stable,
+    unknown_on_node,
+)
+from volfsm.cli.refs import PodRef, listing, parse_pod
 from volfsm.gate import gate_text
 from volfsm.render import fmt_bytes, fmt_ts, print_json, print_line, print_table
-from volfsm.service.client import (
+from volfsm.service.datadir import ConfigError
+from volfsm.service.target import (
     DEFAULT_TIMEOUT_S,
     NATS_ENV,
     NODE_ENV,
+    CommandClient,
     CommandFailedError,
-    ServiceClient,
     ServiceUnreachableError,
     Target,
     auth_options,
     find_target,
 )
-from volfsm.service.config import ConfigError
+
+if TYPE_CHECKING:
+    from projections.asw import OperationRecord
 
 EXIT_FAILED = 1
 """Exit code when the service refused the command, was unreachable, or a wait timed out."""
 
 POLL_INTERVAL_S = 0.2
+ANY_SERVER_TAKES = 1 << 20
+"""NATS's default max_payload: files up to this size are parsed before connecting."""
 PANEL = "Finding the service"
 
 T = TypeVar("T")
@@ -188,29 +204,66 @@ def _failed(message: str) -> NoReturn:
     raise typer.Exit(EXIT_FAILED)
 
 
-def _call(opts: ServiceOptions, work: Callable[[ServiceClient], Awaitable[T]]) -> T:
-    """Find the service, connect, run `work`, close; errors: one line on stderr, exit 1."""
+def _call(
+    opts: ServiceOptions,
+    work: Callable[[CommandClient], Awaitable[T]],
+    *,
+    waits: bool = False,
+) -> T:
+    """Find the service, connect, run `work`, close; errors: one line on stderr, exit 1.
+
+    A plain connection (no TLS, no .creds) goes through the small socket client
+    (`volfsm.service.liteclient`), and a `work` that never `waits` (sleeps) runs
+    without an event loop; nats-py and asyncio are loaded only for the rest.
+    """
     target = opts.target()
-
-    async def main() -> T:
-        async with ServiceClient(target, timeout=opts.request_timeout) as client:
-            return await work(client)
-
     try:
-        return asyncio.run(main())
+        from volfsm.service import liteclient
+
+        plain = liteclient.usable(target)
+        if plain and not waits:
+            try:
+                lite = liteclient.LiteServiceClient(target, timeout=opts.request_timeout)
+                return run_now(work(lite))
+            except liteclient.NeedsFullClient:
+                plain = False  # the server wants TLS or nkeys: nats-py, from the start
+        return _run_loop(target, opts.request_timeout, work, plain=plain)
     except ServiceUnreachableError as exc:
         _failed(str(exc))
     except CommandFailedError as exc:
         _failed(f"node {target.node}: {exc}")
 
 
-def _split_name(text: str) -> tuple[str, str]:
-    namespace, sep, name = text.partition("/")
-    if not sep:
-        namespace, name = "default", text
-    if not namespace or not name or "/" in name:
-        raise typer.BadParameter(f"expected NAMESPACE/NAME or NAME, got {text!r}")
-    return namespace, name
+def _run_loop(
+    target: Target, timeout: float, work: Callable[[CommandClient], Awaitable[T]], *, plain: bool
+) -> T:
+    import asyncio
+
+    from volfsm.service import liteclient
+
+    async def main() -> T:
+        if plain:
+            try:
+                return await work(liteclient.LiteServiceClient(target, timeout=timeout))
+            except liteclient.NeedsFullClient:
+                pass  # nothing was sent: start again with nats-py
+        from volfsm.service.client import ServiceClient  # nats-py: TLS, .creds, nkeys
+
+        async with ServiceClient(target, timeout=timeout) as client:
+            return await work(client)
+
+    return asyncio.run(main())
+
+
+def run_now(awaitable: Awaitable[T]) -> T:
+    """Run a coroutine that never suspends (the plain client's calls) without an event loop."""
+    coro = awaitable.__await__()
+    try:
+        next(coro)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("this command needs an event loop: call _call(..., waits=True)")
 
 
 # --------------------------------------------------------------- formatting
@@ -220,6 +273,8 @@ def _record(op: dict[str, Any] | None) -> OperationRecord | None:
     """An operation status from a reply, as the log's record (None if absent or malformed)."""
     if not op:
         return None
+    from projections.asw import OperationRecord
+
     try:
         return msgspec.convert(op, OperationRecord)
     except msgspec.ValidationError:
@@ -242,6 +297,14 @@ def describe_retry(next_retry_us: Any) -> str:
         return ""
     left = next_retry_us - time.time_ns() // 1000
     return f"{fmt_ts(next_retry_us)} (in {max(0, left) / 1e6:.1f}s)" if left > 0 else "now"
+
+
+def describe_usage(vol: dict[str, Any]) -> str:
+    """'12MiB/60MiB (20%)' from a volume's last stats gathering ('' if none)."""
+    used, capacity = vol.get("used_bytes"), vol.get("capacity_bytes")
+    if not isinstance(used, int) or not isinstance(capacity, int) or capacity <= 0:
+        return ""
+    return f"{fmt_bytes(used)}/{fmt_bytes(capacity)} ({100 * used // capacity}%)"
 
 
 def _header(reply: dict[str, Any]) -> str:
@@ -286,7 +349,7 @@ def print_pods(reply: dict[str, Any]) -> None:
         name = _pod_name(pod)
         volumes = pod.get("volumes") or []
         if not volumes:
-            rows.append([name, pod.get("phase", ""), "", "", "", "", ""])
+            rows.append([name, pod.get("phase", ""), "", "", "", "", "", ""])
         for vol in volumes:
             rows.append(
                 [
@@ -294,6 +357,7 @@ def print_pods(reply: dict[str, Any]) -> None:
                     pod.get("phase", ""),
                     vol.get("name", ""),
                     vol.get("state", ""),
+                    describe_usage(vol),
                     describe_op(vol.get("last_operation")),
                     describe_err(vol.get("last_error")),
                     describe_retry(vol.get("next_retry_us")),
@@ -302,11 +366,14 @@ def print_pods(reply: dict[str, Any]) -> None:
     print_line(_header(reply))
     print_table(
         "",
-        ["POD", "PHASE", "VOLUME", "STATE", "LAST OP", "LAST ERROR", "NEXT RETRY"],
+        ["POD", "PHASE", "VOLUME", "STATE", "USED", "LAST OP", "LAST ERROR", "NEXT RETRY"],
         rows,
     )
     for pod in reply.get("items", []):
         for vol in pod.get("volumes") or []:
+            if vol.get("abnormal"):
+                why = vol.get("condition") or "no message"
+                print_line(f"{_pod_name(pod)} {vol.get('name')} is abnormal: {why}")
             if vol.get("state") == "Uncertain" and vol.get("reason"):
                 print_line(f"{_pod_name(pod)} {vol.get('name')} is Uncertain: {vol['reason']}")
             if vol.get("waiting"):
@@ -323,6 +390,7 @@ def print_volumes(reply: dict[str, Any]) -> None:
             vol.get("state", ""),
             vol.get("plugin", ""),
             fmt_bytes(vol.get("size_bytes")),
+            describe_usage(vol),
             str(len(vol.get("held_by") or [])),
             describe_op(vol.get("last_operation")),
             describe_err(vol.get("last_error")),
@@ -333,10 +401,15 @@ def print_volumes(reply: dict[str, Any]) -> None:
     print_line(_header(reply))
     print_table(
         "",
-        ["VOLUME", "STATE", "PLUGIN", "SIZE", "HOLDERS", "LAST OP", "LAST ERROR", "NEXT RETRY"],
+        ["VOLUME", "STATE", "PLUGIN", "SIZE", "USED", "HOLDERS", "LAST OP", "LAST ERROR",
+         "NEXT RETRY"],
         rows,
-    )
+    )  # fmt: skip
     for vol in reply.get("items", []):
+        if vol.get("abnormal"):
+            print_line(
+                f"{vol.get('volume_id')} is abnormal: {vol.get('condition') or 'no message'}"
+            )
         if vol.get("state") == "Uncertain" and vol.get("reason"):
             print_line(f"{vol.get('volume_id')} is Uncertain: {vol['reason']}")
     for line in recovery_lines(reply):
@@ -369,26 +442,56 @@ def apply(
     *,
     opts: ServiceOptions,
 ) -> None:
-    """Apply PersistentVolumes, PersistentVolumeClaims and Pods (all or nothing)."""
-    objects: list[dict[str, Any]] = []
-    for source in filename:
-        try:
-            objects.extend(load_objects(source))
-        except LoadError as exc:
-            fail(str(exc))
-    if not objects and not complete:
+    """Apply Pods, PVs, PVCs, ConfigMaps, Secrets, ServiceAccounts, ClusterTrustBundles and
+    CSIDrivers (all or nothing; other kinds are skipped, exit 3)."""
+    try:
+        sources = measure(filename)
+    except OSError as exc:
+        fail(f"{exc.filename}: {exc.strerror.lower() if exc.strerror else exc}")
+    small = all(src.size is not None for src in sources)
+    small = small and sum(src.size or 0 for src in sources) <= ANY_SERVER_TAKES
+    parsed = _load(filename, ANY_SERVER_TAKES, "any NATS server") if small else None
+    if parsed is not None and not parsed and not complete:
         fail(f"no objects in {', '.join(filename)}")
-    reply = _call(opts, lambda c: c.apply(objects, complete=complete))
+
+    async def send(client: CommandClient) -> dict[str, Any]:
+        objects = parsed
+        if objects is None:  # large: measured against this server's limit before parsing
+            await client.connect()
+            where = f"node {client.target.node}"
+            try:
+                check_sizes(sources, client.max_payload, where)
+                objects = _load(filename, client.max_payload, where)
+            except TooLargeError as exc:
+                fail(str(exc))
+            if not objects and not complete:
+                fail(f"no objects in {', '.join(filename)}")
+        return await client.apply(objects, complete=complete)
+
+    reply = _call(opts, send)
     if output is Output.json:
         print_json(reply)
-        return
-    for result in reply.get("results", []):
-        where = f"{result['namespace']}/{result['name']}" if result["namespace"] else result["name"]
-        print_line(f"{str(result['kind']).lower()}/{where} {result['action']}")
-    for pod in reply.get("deleted", []):
-        print_line(f"pod/{pod['namespace']}/{pod['name']} deleted (not in the desired state)")
-    if reply.get("desired_complete"):
-        print_line("desired state complete: volumes no pod wants may now be unmounted")
+    else:
+        for line in object_cli.apply_lines(reply):
+            print_line(line)
+    object_cli.report_skipped(reply)
+
+
+def _load(sources: list[str], limit: int, where: str) -> list[dict[str, Any]]:
+    """The objects of every `-f` source, parsed only after their sizes were checked."""
+    from volfsm.desired.errors import LoadError  # yaml and the object model: only to apply
+    from volfsm.desired.loader import load_objects, parse_objects
+
+    objects: list[dict[str, Any]] = []
+    for source in sources:
+        try:
+            if source == "-":
+                objects.extend(parse_objects(read_stdin(limit, where), "<stdin>"))
+            else:
+                objects.extend(load_objects(source))
+        except LoadError as exc:
+            fail(str(exc))
+    return objects
 
 
 delete_app = typer.Typer(help="Remove objects from the node's desired state.", no_args_is_help=True)
@@ -398,24 +501,46 @@ delete_app = typer.Typer(help="Remove objects from the node's desired state.", n
 @service_command
 def delete_pod(
     pod: Annotated[
-        str | None, typer.Argument(help="NAMESPACE/NAME (or NAME in default).", show_default=False)
+        str | None,
+        typer.Argument(
+            help="NAMESPACE/NAME (NAME alone: in default) or the pod's uid.", show_default=False
+        ),
     ] = None,
-    uid: Annotated[str | None, typer.Option("--uid", help="Delete by pod UID instead.")] = None,
+    uid: Annotated[str | None, typer.Option("--uid", hidden=True)] = None,  # old: POD is a uid
     *,
     opts: ServiceOptions,
 ) -> None:
     """Delete a pod: its volumes are then unmounted (`volfsm wait pod --for unmounted`)."""
     if (pod is None) == (uid is None):
-        raise typer.BadParameter("give NAMESPACE/NAME or --uid", param_hint="POD")
-    body: dict[str, str]
-    if uid is not None:
-        body, shown = {"uid": uid}, f"uid {uid}"
-    else:
-        assert pod is not None
-        namespace, name = _split_name(pod)
-        body, shown = {"namespace": namespace, "name": name}, f"{namespace}/{name}"
-    _call(opts, lambda c: c.request("delete", body))
+        raise typer.BadParameter("give the pod: NAMESPACE/NAME or its uid", param_hint="POD")
+    ref = _pod_ref(pod if pod is not None else str(uid))
+
+    async def delete(client: CommandClient) -> str:
+        items = await _pods(client)
+        found = match_node_pods(items, ref)
+        desired = [p for p in found if p.get("desired")]
+        if not desired:
+            if found:
+                _failed(f"pod {ref.text} on node {client.target.node} is already deleted")
+            fail(unknown_on_node(ref, items, client.target.node))
+        chosen = desired[-1]
+        await client.request("delete", {"uid": chosen["uid"]})
+        return pod_label(chosen)
+
+    shown = _call(opts, delete)
     print_line(f"pod/{shown} deleted")
+
+
+def _pod_ref(text: str) -> PodRef:
+    try:
+        return parse_pod(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="POD") from None
+
+
+async def _pods(client: CommandClient) -> list[dict[str, Any]]:
+    reply = await client.request("get", {"what": "pods"})
+    return list(reply.get("items", []))
 
 
 class What(StrEnum):
@@ -430,28 +555,104 @@ _WHAT_ALIASES = {
     "po": "pods",
     "volume": "volumes",
     "vol": "volumes",
-    "pv": "volumes",
 }
 
 
 @service_command
 def get(
-    what: Annotated[str, typer.Argument(help="pods or volumes.", metavar="pods|volumes")],
+    what: Annotated[
+        str,
+        typer.Argument(
+            help="pods, volumes, or stored objects: configmaps (cm), secrets, pvs, pvcs, "
+            "csidrivers, serviceaccounts (sa), clustertrustbundles (ctb).",
+            metavar="pods|volumes|configmaps|secrets|pvs|pvcs|csidrivers|...",
+        ),
+    ],
+    name: Annotated[
+        str | None,
+        typer.Argument(
+            help="Only this pod (NAMESPACE/NAME or uid) or volume (its id).",
+            show_default=False,
+        ),
+    ] = None,
     output: OutputOpt = Output.table,
+    follow_: Annotated[
+        bool,
+        typer.Option("--follow", "-w", help="Keep watching: print again whenever it changes."),
+    ] = False,
     *,
     opts: ServiceOptions,
 ) -> None:
-    """List pods (per volume: state, last operation, last error, next retry) or volumes."""
+    """List pods (per volume: state, usage, last operation, last error, next retry), volumes,
+    or the objects kept in the node's object store (a Secret's keys and sizes, never values)."""
+    stored = object_cli.object_list(what)
+    if stored is not None:
+        if follow_:
+            raise typer.BadParameter("--follow watches pods and volumes only", param_hint="WHAT")
+        _get_objects(opts, stored, name, output)
+        return
     key = _WHAT_ALIASES.get(what.lower(), what.lower())
     if key not in (What.pods, What.volumes):
         raise typer.BadParameter(f"{what!r}: expected pods or volumes", param_hint="WHAT")
-    reply = _call(opts, lambda c: c.request("get", {"what": key}))
+    ref = _pod_ref(name) if name is not None and key == What.pods else None
+
+    async def fetch(client: CommandClient) -> dict[str, Any]:
+        reply = await client.request("get", {"what": key})
+        if name is not None:
+            reply["items"] = _only(reply, key, name, ref, client.target.node)
+        return reply
+
+    def show(reply: dict[str, Any]) -> None:
+        if follow_ and output is Output.json:
+            print_line(msgspec.json.encode(reply).decode())  # one document per line
+            return
+        if follow_:
+            print_line(f"--- {fmt_ts(time.time_ns() // 1000)}")
+        if output is Output.json:
+            print_json(reply)
+        elif key == What.pods:
+            print_pods(reply)
+        else:
+            print_volumes(reply)
+
+    if not follow_:
+        show(_call(opts, fetch))
+        return
+
+    async def watch(client: CommandClient) -> None:
+        await follow(lambda: fetch(client), stable, show)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        _call(opts, watch, waits=True)
+
+
+def _get_objects(opts: ServiceOptions, what: str, name: str | None, output: Output) -> None:
+    """`get configmaps|secrets|...`: the stored objects (NAME or NAMESPACE/NAME: only those)."""
+    reply = _call(opts, lambda c: c.request("get", {"what": what}))
+    items = object_cli.filter_items(reply, name)
+    if name is not None and not items:
+        fail(f"no {what} named {name} on the node")
     if output is Output.json:
-        print_json(reply)
-    elif key == What.pods:
-        print_pods(reply)
+        print_json({**reply, "items": items})
     else:
-        print_volumes(reply)
+        object_cli.print_objects(what, items)
+
+
+def _only(
+    reply: dict[str, Any], key: str, name: str, ref: PodRef | None, node: str
+) -> list[dict[str, Any]]:
+    """The items of `reply` that `name` names; an unknown one exits 2 listing what there is."""
+    items = list(reply.get("items", []))
+    if ref is not None:
+        found = match_node_pods(items, ref)
+        if not found:
+            fail(unknown_on_node(ref, items, node))
+        return found
+    found = [v for v in items if v.get("volume_id") == name]
+    if not found:
+        ids = sorted(str(v.get("volume_id")) for v in items)
+        fail(f"no volume {name} on node {node}; volumes it has: {listing(ids)}")
+    return found
 
 
 class WaitFor(StrEnum):
@@ -508,44 +709,80 @@ wait_app = typer.Typer(help="Wait for a condition on the node.", no_args_is_help
 @wait_app.command("pod")
 @service_command
 def wait_pod(
-    pod: Annotated[str, typer.Argument(help="NAMESPACE/NAME (or NAME in default).")],
+    pod: Annotated[str, typer.Argument(help="NAMESPACE/NAME (NAME alone: in default) or uid.")],
     for_: Annotated[
         WaitFor, typer.Option("--for", help="mounted: every volume Mounted; unmounted: all gone.")
     ],
     timeout: Annotated[
         float, typer.Option("--timeout", min=0, help="Give up after this many seconds.")
     ] = 60.0,
+    follow_: Annotated[
+        bool,
+        typer.Option("--follow", "-w", help="Print each change of the pod's volumes meanwhile."),
+    ] = False,
     *,
     opts: ServiceOptions,
 ) -> None:
     """Wait until a pod's volumes are all mounted, or all unmounted (polls `get`)."""
-    namespace, name = _split_name(pod)
-    query = {"what": "pods", "namespace": namespace, "name": name}
+    ref = _pod_ref(pod)
 
-    async def poll(client: ServiceClient) -> tuple[bool, list[dict[str, Any]]]:
+    async def poll(client: CommandClient) -> tuple[bool, list[dict[str, Any]]]:
+        import asyncio
+
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+
+        async def pods() -> list[dict[str, Any]]:
+            return match_node_pods(await _pods(client), ref)
+
+        def over(items: list[dict[str, Any]]) -> bool:
+            return pod_condition(items, for_) or loop.time() >= deadline
+
+        if follow_:
+            items = await follow(pods, _volume_states, _print_progress, until=over,
+                                 interval=POLL_INTERVAL_S)  # fmt: skip
+            return pod_condition(items, for_), items
         while True:
-            reply = await client.request("get", query)
-            items = list(reply.get("items", []))
-            if pod_condition(items, for_):
-                return True, items
-            if loop.time() >= deadline:
-                return False, items
+            items = await pods()
+            if over(items):
+                return pod_condition(items, for_), items
             await asyncio.sleep(min(POLL_INTERVAL_S, max(0.0, deadline - loop.time())))
 
-    done, items = _call(opts, poll)
+    done, items = _call(opts, poll, waits=True)
+    shown = pod_label(items[-1]) if items else f"{ref.namespace}/{ref.name}"
     if not done:
-        _failed(
-            f"pod {namespace}/{name} not {for_.value} after {timeout:g}s: "
-            f"{explain_wait(items, for_)}"
+        _failed(f"pod {shown} not {for_.value} after {timeout:g}s: {explain_wait(items, for_)}")
+    print_line(f"pod/{shown} {for_.value}")
+
+
+def _volume_states(items: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    return [
+        (
+            str(p.get("uid")),
+            str(v.get("name")),
+            str(v.get("state")),
+            describe_err(v.get("last_error")),
         )
-    print_line(f"pod/{namespace}/{name} {for_.value}")
+        for p in items
+        for v in p.get("volumes") or []
+    ]
+
+
+def _print_progress(items: list[dict[str, Any]]) -> None:
+    now = fmt_ts(time.time_ns() // 1000)
+    if not items:
+        print_line(f"{now}  the node has no such pod (not yet, or no more)")
+    for pod in items:
+        for vol in pod.get("volumes") or []:
+            err = describe_err(vol.get("last_error"))
+            text = f"{now}  {pod_label(pod)} {vol.get('name')}: {vol.get('state')}"
+            print_line(text + (f" (last error {err})" if err else ""))
 
 
 def register(app: typer.Typer) -> None:
-    """Add `apply`, `delete pod`, `get` and `wait pod` to the CLI."""
+    """Add `apply`, `delete pod|configmap|...`, `get` and `wait pod` to the CLI."""
     app.command("apply")(apply)
+    object_cli.register_delete(delete_app, service_command, _call)
     app.add_typer(delete_app, name="delete")
     app.command("get")(get)
     app.add_typer(wait_app, name="wait")

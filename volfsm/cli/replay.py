@@ -275,10 +275,11 @@ def run_replay(
 
 
 def replay(
-    from_: Annotated[
+    since: Annotated[
         str | None,
-        typer.Option("--from", help=f"Tell events at or after this time. {TIME_HELP}"),
+        typer.Option("--since", help=f"Tell events at or after this time. {TIME_HELP}"),
     ] = None,
+    from_: Annotated[str | None, typer.Option("--from", hidden=True)] = None,  # old --since
     until: Annotated[
         str | None, typer.Option("--until", help="Tell events at or before this time (same forms).")
     ] = None,
@@ -301,10 +302,11 @@ def replay(
     (with the reconciler's reason and the driver calls), errors with code and
     message and the backoff until when, transitions from -> to.
     """
-    from_us = parse_time(from_, option="--from") if from_ is not None else None
+    since = since if since is not None else from_
+    from_us = parse_time(since, option="--since") if since is not None else None
     until_us = parse_time(until, option="--until") if until is not None else None
     if from_us is not None and until_us is not None and until_us < from_us:
-        raise typer.BadParameter("--until is before --from", param_hint="--until")
+        raise typer.BadParameter("--until is before --since", param_hint="--until")
     with open_log(data_dir, db) as log:
         window = resolve_window(log, from_us, until_us)
         run_replay(log, window, output, progress=progress_wanted(progress, window.last))

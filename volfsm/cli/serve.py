@@ -26,10 +26,6 @@ class LogFormat(StrEnum):
     text = "text"
 
 
-_METAVARS: dict[Any, str] = {int: "N", float: "NUMBER", bool: ""}
-"""What the help shows for a value of each kind (no Python type names)."""
-
-
 def _parameter(name: str, declared: Any) -> inspect.Parameter:
     """The Typer parameter of one `ServeConfig` option (None = not given: env, file, default)."""
     base, meta = get_args(declared)[0], get_args(declared)[1]
@@ -44,7 +40,7 @@ def _parameter(name: str, declared: Any) -> inspect.Parameter:
         *decls,
         help=meta.description,
         rich_help_panel=extra.get("panel"),
-        metavar=extra.get("metavar", _METAVARS.get(kind, "TEXT")),
+        metavar=extra.get("metavar"),
         show_default=False,
     )
     return inspect.Parameter(

@@ -39,7 +39,9 @@ def _podvol_row(pv: PodVolumeState, pod_names: dict[str, str]) -> list[str]:
         pod_names.get(pv.pod_uid, pv.pod_uid),
         pv.volume_name,
         pv.volume_id,
-        pv.state + (" (reconstructed)" if pv.reconstructed else ""),
+        pv.state
+        + (" (reconstructed)" if pv.reconstructed else "")
+        + (f" (abnormal: {pv.condition or 'no message'})" if pv.abnormal else ""),
         fmt_ts(pv.since_us),
         pv.mount_path,
         describe_operation(pv.last_operation),

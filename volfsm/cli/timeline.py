@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from events.log import EventLog
-from projections.timeline import OperationMark, Timeline, Timelines, build_timelines
+from projections.textfmt import TIME_HELP
+from projections.timeline import OperationMark, Segment, Timeline, Timelines, build_timelines
 from projections.timeline_html import render_timeline_html
-from volfsm.cli.common import DataDirOpt, DbOpt, Output, OutputOpt, fail, open_log, parse_time
+from volfsm.cli.common import DataDirOpt, DbOpt, fail, open_log, parse_time, to_file
+from volfsm.cli.refs import UnknownNameError, check_volume, resolve_pods
+
+if TYPE_CHECKING:
+    from events.log import EventLog
 from volfsm.render import fmt_duration, fmt_ts, print_json, print_line, print_table, to_builtins
 
 
-def _select(tls: Timelines, volume: str | None, pod: str | None) -> list[Timeline]:
+def _select(tls: Timelines, volume: str | None, uids: list[str]) -> list[Timeline]:
     if volume is not None:
         chosen = tls.for_volume(volume)
-    elif pod is not None:
-        chosen = tls.for_pod(pod)
+    elif uids:
+        chosen = [tl for uid in uids for tl in tls.for_pod(uid)]
     else:
         chosen = list(tls.streams.values())
     return sorted(chosen, key=lambda tl: (tl.kind, tl.stream))
@@ -122,59 +128,120 @@ def load_timelines(log: EventLog, until_us: int | None) -> tuple[Timelines, int]
     return tls, until_us if until_us is not None else tls.end_us
 
 
+def clip(chosen: list[Timeline], since_us: int) -> list[Timeline]:
+    """The timelines from `since_us` on: earlier segments cut at it, earlier marks dropped.
+
+    The whole log is folded first, so the state at `since_us` is right; a
+    timeline with nothing after it keeps its segment that runs through it.
+    """
+    out = []
+    for tl in chosen:
+        segments = [
+            Segment(seg.state, max(seg.from_us, since_us), seg.from_seq, seg.to_us, seg.to_seq)
+            for seg in tl.segments
+            if seg.to_us is None or seg.to_us > since_us
+        ]
+        if not segments:
+            continue
+        marks = [m for m in tl.marks if m.ts >= since_us]
+        out.append(dataclasses.replace(tl, segments=segments, marks=marks))
+    return out
+
+
+class TimelineOutput(StrEnum):
+    """How `timeline` prints."""
+
+    table = "table"
+    json = "json"
+    html = "html"
+
+
 def timeline(
     volume: Annotated[
         str | None,
         typer.Option("--volume", help="The device timeline of this volume and its pod volumes."),
     ] = None,
     pod: Annotated[
-        str | None, typer.Option("--pod", help="The pod-volume timelines of this pod UID.")
+        str | None,
+        typer.Option(
+            "--pod",
+            help="The pod-volume timelines of this pod: NAMESPACE/NAME (every pod of that name) "
+            "or its uid.",
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help=f"Show from this time on (states as they were then). {TIME_HELP}"
+        ),
     ] = None,
     until: Annotated[
         str | None,
-        typer.Option("--until", help="Stop at this time; open segments run to it (TIME forms)."),
+        typer.Option("--until", help="Stop at this time; open segments run to it (same forms)."),
+    ] = None,
+    output: Annotated[
+        TimelineOutput,
+        typer.Option(
+            "--output",
+            "-o",
+            help="table, json, or html: a self-contained page (bars coloured by state, "
+            "operations and errors marked) written to --out-file.",
+            case_sensitive=False,
+        ),
+    ] = TimelineOutput.table,
+    out_file: Annotated[
+        Path | None,
+        typer.Option("--out-file", help="Write here instead of stdout.", dir_okay=False),
     ] = None,
     html: Annotated[
-        Path | None,
-        typer.Option(
-            "--html",
-            help="Write a self-contained HTML page (bars coloured by state, operations and "
-            "errors marked) to this file instead of printing.",
-            dir_okay=False,
-        ),
-    ] = None,
-    output: OutputOpt = Output.table,
+        Path | None, typer.Option("--html", hidden=True, dir_okay=False)
+    ] = None,  # the old spelling of -o html --out-file OUT
     data_dir: DataDirOpt = None,
     db: DbOpt = None,
 ) -> None:
     """Show when each device / pod volume was in which state, and its operations.
 
     Open segments (the current state) are measured up to the last event of the
-    log, or to --until. With --html OUT the same timelines are drawn as an
-    offline HTML page.
+    log, or to --until. With -o html --out-file OUT the same timelines are drawn
+    as an offline HTML page.
     """
     if volume is not None and pod is not None:
         raise typer.BadParameter("give --volume or --pod, not both", param_hint="--volume/--pod")
+    if html is not None:
+        output, out_file = TimelineOutput.html, html
+    if output is TimelineOutput.html and out_file is None:
+        raise typer.BadParameter("-o html needs --out-file FILE", param_hint="--out-file")
+    since_us = parse_time(since, option="--since") if since is not None else None
     until_us = parse_time(until, option="--until") if until is not None else None
     with open_log(data_dir, db) as log:
+        try:
+            uids = [p.uid for p in resolve_pods(log, pod)] if pod is not None else []
+            if volume is not None:
+                check_volume(log, volume)
+        except (UnknownNameError, ValueError) as exc:
+            fail(str(exc))
         tls, end_us = load_timelines(log, until_us)
         node = log.node
-    chosen = _select(tls, volume, pod)
-    if html is not None:
-        _write_html(html, tls, chosen, end_us, node, _subject(tls, volume, pod))
+    chosen = _select(tls, volume, uids)
+    if since_us is not None:
+        chosen = clip(chosen, since_us)
+    if output is TimelineOutput.html:
+        assert out_file is not None
+        _write_html(out_file, tls, chosen, end_us, node, _subject(tls, volume, uids))
         return
-    if output is Output.json:
-        print_json(timeline_json(tls, chosen, end_us))
-    else:
-        print_timeline_tables(tls, chosen, end_us)
+    with to_file(out_file):
+        if output is TimelineOutput.json:
+            print_json(timeline_json(tls, chosen, end_us))
+        else:
+            print_timeline_tables(tls, chosen, end_us)
 
 
-def _subject(tls: Timelines, volume: str | None, pod: str | None) -> str | None:
+def _subject(tls: Timelines, volume: str | None, uids: list[str]) -> str | None:
     if volume is not None:
         return f"volume {volume}"
-    if pod is not None:
-        known = tls.pods.get(pod)
-        return f"pod {known.namespace}/{known.name}" if known is not None else f"pod {pod}"
+    if uids:
+        known = tls.pods.get(uids[-1])
+        return f"pod {known.namespace}/{known.name}" if known is not None else f"pod {uids[-1]}"
     return None
 
 

@@ -9,7 +9,8 @@ The file holds a list of rules (or ``{"rules": [...]}``)::
 - ``volume_id``: optional; matches the volume id (the name for CreateVolume).
 - ``action``: ``delay`` (sleep ``seconds``), ``error`` (fail with ``code`` and
   ``message``), ``hang`` (block until the client cancels; ``seconds`` > 0 caps
-  it) or ``crash`` (``os._exit(137)``).
+  it), ``crash`` (``os._exit(137)``) or ``abnormal`` (NodeGetVolumeStats only: the
+  call succeeds but reports the volume condition abnormal, with ``message``).
 - ``when``: ``before`` the real work (default) or ``after`` it, which models
   "the driver finished but the reply was lost".
 - ``times``: how often the rule fires (default: always).
@@ -38,7 +39,9 @@ from loguru import logger
 from volfsm.csidriver.errors import CsiError
 from volfsm.csidriver.state import write_json_atomic
 
-ACTIONS = ("delay", "error", "hang", "crash")
+ACTIONS = ("delay", "error", "hang", "crash", "abnormal")
+ABNORMAL_RPC = "NodeGetVolumeStats"
+"""The only call the ``abnormal`` action applies to (its reply carries the condition)."""
 PHASES = ("before", "after")
 CRASH_EXIT_CODE = 137
 
@@ -78,6 +81,8 @@ def parse_rule(index: int, raw: Any) -> FaultRule:
         raise ValueError(f"'action' must be one of {ACTIONS}")
     if when not in PHASES:
         raise ValueError(f"'when' must be one of {PHASES}")
+    if action == "abnormal" and raw["rpc"] not in (ABNORMAL_RPC, "*"):
+        raise ValueError(f"'abnormal' applies to {ABNORMAL_RPC} only")
     code = str(raw.get("code", "UNAVAILABLE"))
     if code not in grpc.StatusCode.__members__ or code == "OK":
         raise ValueError(f"'code' {code!r} is not a gRPC error code name")
@@ -175,6 +180,8 @@ class FaultInjector:
         elif rule.action == "hang":
             self._hang(rule, is_active)
             raise CsiError(grpc.StatusCode.CANCELLED, f"{rpc} hung by an injected fault")
+        elif rule.action == "abnormal":
+            return  # the caller marks the reply (`abnormal_condition`)
         elif rule.action == "crash":
             logger.complete()
             sys.stderr.flush()
@@ -186,3 +193,12 @@ class FaultInjector:
             if deadline is not None and time.monotonic() >= deadline:
                 return
             time.sleep(0.05)
+
+
+def abnormal_condition(rule: FaultRule | None, rpc: str, response: Any) -> None:
+    """Mark a NodeGetVolumeStats reply abnormal if `rule` is an ``abnormal`` rule."""
+    if rule is None or rule.action != "abnormal" or rpc != ABNORMAL_RPC:
+        return
+    condition = response.volume_condition
+    condition.abnormal = True
+    condition.message = rule.message or "injected abnormal volume condition"

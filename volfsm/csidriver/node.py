@@ -18,7 +18,7 @@ from volfsm.csidriver.config import Settings
 from volfsm.csidriver.errors import CsiError, invalid_argument, not_found
 from volfsm.csidriver.expand import grow
 from volfsm.csidriver.rpc import CallRunner
-from volfsm.csidriver.stats import volume_stats
+from volfsm.csidriver.stats import volume_condition, volume_stats
 from volfsm.csidriver.volumes import Volumes
 
 RPC = csi_pb2.NodeServiceCapability.RPC
@@ -102,12 +102,18 @@ class NodeService:
         return self._call("NodeUnpublishVolume", request, context, work)
 
     def NodeGetVolumeStats(self, request: Any, context: Any) -> Any:
-        """Bytes and inodes of the filesystem at volume_path."""
+        """Bytes and inodes of the filesystem at volume_path, and the volume's condition."""
 
         def work() -> Any:
             path = require_path(request.volume_path, "volume_path")
-            usage = volume_stats(self._volumes, request.volume_id, path)
-            return csi_pb2.NodeGetVolumeStatsResponse(usage=usage)
+            condition = volume_condition(self._volumes, request.volume_id, path)
+            try:
+                usage = volume_stats(self._volumes, request.volume_id, path)
+            except CsiError:
+                if not condition.abnormal:
+                    raise
+                usage = []  # what is wrong stops the measuring: say what, not NOT_FOUND
+            return csi_pb2.NodeGetVolumeStatsResponse(usage=usage, volume_condition=condition)
 
         return self._call("NodeGetVolumeStats", request, context, work)
 
@@ -132,8 +138,9 @@ class NodeService:
         return self._call("NodeExpandVolume", request, context, work)
 
     def NodeGetCapabilities(self, request: Any, context: Any) -> Any:
-        """STAGE_UNSTAGE_VOLUME (unless disabled), GET_VOLUME_STATS, EXPAND_VOLUME, ..."""
-        types = [RPC.GET_VOLUME_STATS, RPC.EXPAND_VOLUME]
+        """STAGE_UNSTAGE_VOLUME (unless disabled), GET_VOLUME_STATS, EXPAND_VOLUME,
+        VOLUME_CONDITION, ..."""
+        types = [RPC.GET_VOLUME_STATS, RPC.EXPAND_VOLUME, RPC.VOLUME_CONDITION]
         if self._settings.stage_unstage:
             types.insert(0, RPC.STAGE_UNSTAGE_VOLUME)
         if self._settings.single_node_multi_writer:

@@ -13,7 +13,7 @@ from loguru import logger
 
 from volfsm.csi.v1 import csi_pb2
 from volfsm.csidriver.errors import CsiError
-from volfsm.csidriver.faults import FaultInjector
+from volfsm.csidriver.faults import FaultInjector, abnormal_condition
 from volfsm.csidriver.journal import CallJournal
 from volfsm.csidriver.locks import VolumeLocks
 
@@ -109,4 +109,6 @@ class CallRunner:
         after = self._faults.pick(rpc, volume_id, "after")
         if after is not None:
             self._faults.apply(after, rpc, context.is_active)
+        abnormal_condition(before, rpc, result)
+        abnormal_condition(after, rpc, result)
         return result

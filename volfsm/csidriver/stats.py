@@ -1,4 +1,8 @@
-"""NodeGetVolumeStats: usage of the volume's own filesystem (or size of its device)."""
+"""NodeGetVolumeStats: usage of the volume's own filesystem (or size of its device), and
+its condition (VOLUME_CONDITION): abnormal when the backing image is gone, or when the
+mount at the path is read-only though the volume was published writable (ext4 remounts
+read-only after errors). Fault injection can report an abnormal condition too
+(`volfsm.csidriver.faults`, action ``abnormal``)."""
 
 from __future__ import annotations
 
@@ -39,3 +43,22 @@ def volume_stats(volumes: Volumes, volume_id: str, volume_path: str) -> list[csi
             unit=Unit.INODES,
         ),
     ]
+
+
+def volume_condition(volumes: Volumes, volume_id: str, volume_path: str) -> csi_pb2.VolumeCondition:
+    """The volume's condition as seen at `volume_path` (normal unless something is wrong)."""
+    record = volumes.get(volume_id)
+    image = volumes.image(record)
+    if not image.exists():
+        return csi_pb2.VolumeCondition(
+            abnormal=True, message=f"backing image {image} of volume {volume_id} is missing"
+        )
+    published = record.published.get(volume_path)
+    top = top_mount(volume_path)
+    if published is not None and not published.readonly and top is not None and top.readonly:
+        return csi_pb2.VolumeCondition(
+            abnormal=True,
+            message=f"{volume_path} is mounted read-only though published read-write "
+            "(the filesystem may have been remounted read-only after errors)",
+        )
+    return csi_pb2.VolumeCondition(abnormal=False, message="")

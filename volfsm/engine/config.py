@@ -61,5 +61,13 @@ class EngineConfig:
     `VolumeEngine.set_desired_complete()` (`volfsm apply --complete`) opens the gate.
     Reconstruction finding volumes the log does not know has the same effect."""
 
+    volume_stats_period: float = 0.0
+    """Seconds between volume stats gatherings of a pod (kubelet's --volume-stats-agg-period;
+    each pod's next one after period * (1 + rand[0,1))); 0 or less: none, the default of
+    an engine on its own (`volfsm serve` sets 1 m). See `volfsm.engine.volstats`."""
+
+    volume_stats_jitter: bool = True
+    """Spread each pod's gatherings as the kubelet does; tests turn it off."""
+
     snapshots: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     """When engine-state snapshots are written and whether start uses them."""

@@ -7,7 +7,8 @@ command intake, CLI) calls:
 
     engine = VolumeEngine(log, root_dir, plugins, EngineConfig())
     await engine.start()                      # fold the log, reconstruct, reconcile
-    result = await engine.apply(objects)      # PV / PVC / Pod dicts
+    result = await engine.apply(objects)      # Pod / PV / PVC / ConfigMap / Secret / ... dicts
+    engine.objects.config_map("default", "app")  # the node's object store (volfsm.objects)
     await engine.wait_pod(uid, for_="mounted", timeout=30)
     await engine.delete_pod(namespace="default", name="web")
     engine.pods(); engine.volumes()           # status
@@ -28,14 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from events.log import EventLog
-from events.tables import DETACHED, MOUNTED, UNMOUNTED
 from events.types import (
     Envelope,
     PodAdded,
@@ -43,41 +42,36 @@ from events.types import (
     VolumeMounted,
     VolumeSource,
 )
-from projections.asw import Asw, OperationRecord
+from projections.asw import Asw
 from volfsm.desired.dsw import DesiredChange, DesiredStateOfWorld
 from volfsm.desired.plan import ApplyResult as ObjectResult
-from volfsm.desired.plan import flatten
+from volfsm.desired.plan import SkippedObject
 from volfsm.engine.config import EngineConfig
 from volfsm.engine.executor import Operation, OperationExecutor
+from volfsm.engine.failures import restore_failures
 from volfsm.engine.handler import CommandHandler
 from volfsm.engine.index import EngineIndex
 from volfsm.engine.operations import (
-    EXPAND_VOLUME,
-    FAILED_PRECONDITION,
-    MAP_VOLUME,
-    VOLUME_MOUNT,
     OperationGenerator,
-    mount_key_pod,
 )
 from volfsm.engine.pending import BackoffPolicy, NestedPendingOperations
 from volfsm.engine.reconciler import Reconciler
 from volfsm.engine.reconstruct import ReconstructionReport, Reconstructor
-from volfsm.engine.snapshot import EngineSnapshots
+from volfsm.engine.snapshotter import EngineSnapshots
 from volfsm.engine.status import (
     PodStatus,
-    PodVolumeStatus,
     VolumeStatus,
-    next_retry_us,
-    operation_status,
-    pod_phase,
 )
+from volfsm.engine.statusview import StatusView
+from volfsm.engine.volstats import VolumeStatsGatherer
+from volfsm.engine.waits import PodWaiters, WaitFor
 from volfsm.errors import VolfsmError
 from volfsm.node.layout import RootLayout
-from volfsm.plugins.base import PluginError, VolumePlugin
+from volfsm.objects import ObjectKeeper, ObjectStore, listing
+from volfsm.objects.deletion import plan_delete, pod_object_key, stored_volumes
+from volfsm.plugins.base import SpecConstructor, VolumePlugin
 
 log = logging.getLogger(__name__)
-
-WaitFor = Literal["mounted", "unmounted"]
 
 
 class PluginCatalogLike(Protocol):
@@ -89,52 +83,12 @@ class PluginCatalogLike(Protocol):
     def can_serve(self, source: VolumeSource, volume_mode: str) -> str | None:
         """None if a plugin can serve `source` in `volume_mode`, else why not."""
 
+    def spec_constructors(self) -> list[SpecConstructor]:
+        """The plugins' reconstruction hooks, one per plugin name."""
+
 
 class EngineNotRunningError(VolfsmError):
     """The engine was not started, or was stopped."""
-
-
-class PodWaitTimeoutError(VolfsmError, TimeoutError):
-    """`wait_pod` timed out; `status` says where each volume stands and why."""
-
-    def __init__(self, uid: str, for_: str, timeout: float, status: PodStatus | None) -> None:
-        self.uid = uid
-        self.for_ = for_
-        self.status = status
-        super().__init__(f"pod {uid}: not {for_} after {timeout:g} s: {_explain(status, for_)}")
-
-
-def _explain(status: PodStatus | None, for_: str) -> str:
-    """Which volumes hold the pod back, with their state and last error (not a catch-all)."""
-    if status is None:
-        return "the engine does not know this pod"
-    if for_ == "mounted" and not status.desired:
-        return "the pod is not in the desired state"
-    parts = []
-    for vol in status.volumes:
-        if (for_ == "mounted" and vol.state == MOUNTED) or (
-            for_ == "unmounted" and vol.state == UNMOUNTED
-        ):
-            continue
-        err = vol.last_error
-        why = f"; last error {err.operation} {err.code}: {err.message}" if err else ""
-        if vol.waiting:
-            why = f"; waiting: {vol.waiting}{why}"
-        parts.append(f"{vol.name} is {vol.state}{why}")
-    if for_ == "unmounted" and status.desired:
-        parts.insert(0, "the pod is still desired")
-    return "; ".join(parts) or "waiting"
-
-
-def _pod_uids(objects: Sequence[Mapping[str, Any]]) -> set[str]:
-    """The uids of the Pods among (validated) objects, `kind: List` items included."""
-    uids: set[str] = set()
-    for _, raw in flatten(objects):
-        if isinstance(raw, Mapping) and raw.get("kind") == "Pod":
-            meta = raw.get("metadata")
-            if isinstance(meta, Mapping) and isinstance(meta.get("uid"), str):
-                uids.add(meta["uid"])
-    return uids
 
 
 @dataclass(frozen=True)
@@ -145,17 +99,13 @@ class ApplyResult:
     events: tuple[Envelope, ...] = ()
     deleted: tuple[tuple[str, str, str], ...] = ()
     """(uid, namespace, name) of the pods an apply with `complete` removed."""
+    skipped: tuple[SkippedObject, ...] = ()
+    """Objects of kinds a node does not run (Deployment, Service, ...): not applied."""
 
     @property
     def changed(self) -> bool:
         """Whether anything was recorded."""
         return bool(self.events)
-
-
-@dataclass
-class _Waiter:
-    for_: WaitFor
-    future: asyncio.Future[None] = field(repr=False)
 
 
 class VolumeEngine:
@@ -217,10 +167,27 @@ class VolumeEngine:
             ops=self.generator,
             layout=self.layout,
             registry=self.reconciler,
+            plugins=plugins,
         )
         self.reconciler.orphan_cleanup = self.reconstructor.start_orphan_cleanup
         self.reconstructor.on_found = self._found_unknown
-        self._waiters: dict[str, list[_Waiter]] = {}
+        self.volstats = VolumeStatsGatherer(
+            asw=self.asw,
+            index=self.index,
+            plugins=plugins,
+            recorder=self.handler,
+            root=self.layout.root,
+            period=cfg.volume_stats_period,
+            jitter=cfg.volume_stats_jitter,
+        )
+        self.objects = ObjectStore.beside(log.path)
+        """The node's object store (`volfsm.objects`): what the volume plugins read."""
+        self.keeper = ObjectKeeper(self.objects, log, self._record)
+        self.waiters = PodWaiters(asw=self.asw, dsw=self.dsw, holds=self.reconciler)
+        self.status = StatusView(
+            asw=self.asw, dsw=self.dsw, index=self.index, rwop=self.reconciler.rwop,
+            volstats=self.volstats,
+        )  # fmt: skip
         self._change_lock = asyncio.Lock()
         self._loop_task: asyncio.Task[None] | None = None
         self._running = False
@@ -233,9 +200,14 @@ class VolumeEngine:
         if self._running or self._stopped:
             raise EngineNotRunningError("an engine starts once")
         await asyncio.to_thread(self._fold_log)
+        await self.keeper.open()
+        self.dsw.remember(*stored_volumes(self.objects))
         for uid in list(self.index.removed_pods):
             self.reconciler.queue_pod_cleanup(uid)
-        self._restore_failures()
+        restore_failures(
+            asw=self.asw, dsw=self.dsw, index=self.index, pending=self.pending,
+            generator=self.generator, reconciler=self.reconciler,
+        )  # fmt: skip
         self.handler.subscribe(self._on_envelopes)
         self.snapshots.attach(self.handler)  # after the engine's listener: sees applied state
         fresh = self.asw.last_seq == 0
@@ -244,11 +216,14 @@ class VolumeEngine:
             # Nothing was ever mounted here by anyone: there is nothing a late
             # desired state could still claim, so waiting would only delay deletes.
             self.reconciler.set_desired_complete("fresh node: empty log, nothing found on it")
+        await self.keeper.settle_start(self.dsw.pods)
         self._running = True
         self.reconciler.mark_all_dirty()
         loop = asyncio.get_running_loop()
         self.reconciler.start_grace(loop)
         self._loop_task = loop.create_task(self.reconciler.run(), name="volfsm-reconciler")
+        self.handler.subscribe(self.volstats.observe)
+        self.volstats.start()
 
     def _found_unknown(self, count: int) -> None:
         """Reconstruction found volumes the log has no record of: the log was lost or is
@@ -279,48 +254,6 @@ class VolumeEngine:
         )
         self.snapshots.restore()
 
-    def _restore_failures(self) -> None:
-        """Carry backoffs and final expansion errors over a restart, from the log.
-
-        Kubelet keeps both in memory only: after a restart every failing
-        operation is retried at once and a volume whose node expansion failed
-        for good is expanded again.
-        """
-        now_us = time.time_ns() // 1000
-        now = self.pending.clock()
-        for (uid, name), pv in self.asw.podvols.items():
-            op = pv.last_operation
-            if op is None or op.status != "failed" or op.retry_at_us is None:
-                continue
-            if op.retry_at_us <= now_us:
-                continue
-            dv = self.index.spec_of(uid, name)
-            if dv is None:
-                continue
-            pod = uid
-            if op.operation in (VOLUME_MOUNT, MAP_VOLUME):
-                plugin = self.generator.find_plugin(dv.source)
-                if not isinstance(plugin, PluginError):
-                    pod = mount_key_pod(plugin, dv, uid)
-            self._restore_one(dv.volume_id, pod, op, now + (op.retry_at_us - now_us) / 1e6)
-        for vid, dev in self.asw.devices.items():
-            op = dev.last_operation
-            if op is None or op.status != "failed":
-                continue
-            if op.operation == EXPAND_VOLUME and op.final:
-                want = self.dsw.desired_size(vid)
-                if want is not None:
-                    self.reconciler.expand_failed[vid] = want
-                    if op.code == FAILED_PRECONDITION:  # in use: not tried again on this node
-                        self.generator.expand_in_use[vid] = want
-            if op.retry_at_us is not None and op.retry_at_us > now_us:
-                self._restore_one(vid, "", op, now + (op.retry_at_us - now_us) / 1e6)
-
-    def _restore_one(self, volume_id: str, pod: str, op: OperationRecord, retry_at: float) -> None:
-        self.pending.restore(
-            volume_id, pod, op.operation, op.backoff_s, retry_at, f"{op.code}: {op.message}"
-        )
-
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop reconciling; let running operations finish for `grace_s`, then cancel them.
 
@@ -332,6 +265,7 @@ class VolumeEngine:
         self._running = False
         self._stopped = True
         self.reconciler.stop()
+        await self.volstats.stop()
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
@@ -339,11 +273,8 @@ class VolumeEngine:
         await self.reconciler.wait_cleanup()
         await self.reconstructor.wait()
         await self.snapshots.stop()  # the final state, so that the next start replays nothing
-        for waiters in self._waiters.values():
-            for waiter in waiters:
-                if not waiter.future.done():
-                    waiter.future.set_exception(EngineNotRunningError("the engine stopped"))
-        self._waiters.clear()
+        await asyncio.to_thread(self.objects.close)
+        self.waiters.fail_all(EngineNotRunningError("the engine stopped"))
 
     @property
     def running(self) -> bool:
@@ -368,11 +299,13 @@ class VolumeEngine:
     async def apply(
         self, objects: Sequence[Mapping[str, Any]], *, complete: bool = False
     ) -> ApplyResult:
-        """Validate and apply PV / PVC / Pod objects: all or nothing.
+        """Validate and apply Pods, PVs, PVCs and the objects pods refer to: all or nothing.
 
-        Raises `InvalidObjectError` (nothing recorded). Otherwise the
-        desired-state events are recorded (durably) before this returns,
-        and the reconciler is woken.
+        Raises `InvalidObjectError` (every problem at once; nothing recorded).
+        Otherwise the objects are kept in the object store, the
+        desired-state and object events are recorded (durably) before this
+        returns, and the reconciler is woken. Objects of kinds a node does
+        not run are not applied: `ApplyResult.skipped` lists them.
 
         With `complete` the objects are the node's whole desired state: the
         pods they do not name are removed (in the same group commit, listed
@@ -382,17 +315,19 @@ class VolumeEngine:
         """
         self._require_running()
         async with self._change_lock:
-            plan = self.dsw.plan_apply(objects)
+            plan = self.dsw.plan_apply(objects, self.objects)
             changes = list(plan.changes)
             deleted: list[PodAdded] = []
             if complete:
-                named = _pod_uids(objects)
+                named = plan.pod_uids
                 removed = {c.body.pod_uid for c in changes if isinstance(c.body, PodRemoved)}
                 for uid, pod in list(self.dsw.pods.items()):
                     if uid not in named and uid not in removed:
                         changes.extend(self.dsw.plan_delete_pod(uid=uid))
                         deleted.append(pod)
-            envs = await self._record(changes)
+            gone = [pod_object_key(self.objects, p.pod_uid, p.namespace, p.name) for p in deleted]
+            deletes = [key for key in gone if key is not None]
+            envs = await self.keeper.commit(plan.stored_changes, deletes, changes)
             self.dsw.commit_objects(plan)
         if complete:
             self.set_desired_complete("told: apply --complete")
@@ -400,6 +335,7 @@ class VolumeEngine:
             objects=tuple(plan.results),
             events=tuple(envs),
             deleted=tuple((p.pod_uid, p.namespace, p.name) for p in deleted),
+            skipped=tuple(plan.skipped),
         )
 
     async def delete_pod(
@@ -413,8 +349,35 @@ class VolumeEngine:
         self._require_running()
         async with self._change_lock:
             changes = self.dsw.plan_delete_pod(uid=uid, namespace=namespace, name=name)
-            await self._record(changes)
+            keys = [
+                pod_object_key(self.objects, c.body.pod_uid, c.body.namespace, c.body.name)
+                for c in changes
+                if isinstance(c.body, PodRemoved)
+            ]
+            await self.keeper.commit((), [k for k in keys if k is not None], changes)
         return bool(changes)
+
+    async def delete_object(self, kind: str, namespace: str, name: str) -> bool:
+        """Delete a stored object other than a Pod (see `volfsm.objects.deletion`).
+
+        False if there is none; `InvalidObjectError` for a PV or PVC a
+        desired pod uses.
+        """
+        self._require_running()
+        async with self._change_lock:
+            key = plan_delete(self.objects, self.dsw, kind, namespace, name)
+            if key is None:
+                return False
+            await self.keeper.commit((), [key])
+            if kind == "PersistentVolume":
+                self.dsw.forget_volume(name)
+            elif kind == "PersistentVolumeClaim":
+                self.dsw.forget_claim(key[1], name)
+        return True
+
+    def object_listing(self, what: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """`get <what>` of stored objects (`volfsm.objects.LISTS`); never a Secret's value."""
+        return listing(self.objects, what, namespace)
 
     async def _record(self, changes: Sequence[DesiredChange]) -> list[Envelope]:
         """Record changes in order, one append per stream run, all in one group commit."""
@@ -493,13 +456,13 @@ class VolumeEngine:
                 if isinstance(body, PodAdded | PodRemoved):
                     if isinstance(body, PodRemoved):
                         reconciler.queue_pod_cleanup(body.pod_uid)
-                    self._check_waiters(body.pod_uid)
+                    self.waiters.check(body.pod_uid)
             elif kind == "podvol":
                 self.index.apply(env)
                 if isinstance(body, VolumeMounted) and reconciler.remount_required:
                     reconciler.remount_required.discard((body.pod_uid, body.volume_name))
-                if self._waiters:
-                    self._check_waiters(getattr(body, "pod_uid", ""))
+                if self.waiters.by_pod:
+                    self.waiters.check(getattr(body, "pod_uid", ""))
             elif env.type == "DeviceDetached":
                 self.index.apply(env)
         if woke:
@@ -517,25 +480,7 @@ class VolumeEngine:
     def pod_is(self, uid: str, for_: WaitFor) -> bool:
         """Whether the pod is "mounted" (desired, every volume Mounted; Uncertain does not
         count) or "unmounted" (not desired, and none of its volumes Mounted or Uncertain)."""
-        if for_ == "mounted":
-            pod = self.dsw.pods.get(uid)
-            if pod is None:
-                return False
-            podvols = self.asw.podvols
-            for dv in pod.volumes:
-                pv = podvols.get((uid, dv.name))
-                if pv is None or pv.state != MOUNTED:
-                    return False
-            return True
-        return uid not in self.dsw.pods and not self.reconciler.pod_holds_any(uid)
-
-    def _check_waiters(self, uid: str) -> None:
-        waiters = self._waiters.get(uid)
-        if not waiters:
-            return
-        for waiter in waiters:
-            if not waiter.future.done() and self.pod_is(uid, waiter.for_):
-                waiter.future.set_result(None)
+        return self.waiters.pod_is(uid, for_)
 
     async def wait_pod(
         self, uid: str, for_: WaitFor = "mounted", timeout: float | None = None
@@ -549,20 +494,7 @@ class VolumeEngine:
         if for_ not in ("mounted", "unmounted"):
             raise ValueError(f"for_ must be 'mounted' or 'unmounted', not {for_!r}")
         self._require_running()
-        if not self.pod_is(uid, for_):
-            waiter = _Waiter(for_, asyncio.get_running_loop().create_future())
-            self._waiters.setdefault(uid, []).append(waiter)
-            try:
-                async with asyncio.timeout(timeout):
-                    await asyncio.shield(waiter.future)
-            except TimeoutError:
-                raise PodWaitTimeoutError(uid, for_, timeout or 0.0, self.pod(uid)) from None
-            finally:
-                waiters = self._waiters.get(uid, [])
-                if waiter in waiters:
-                    waiters.remove(waiter)
-                if not waiters:
-                    self._waiters.pop(uid, None)
+        await self.waiters.wait(uid, for_, timeout, self.pod)
         return self.pod(uid)
 
     async def settle(self, timeout: float = 10.0) -> None:
@@ -586,106 +518,16 @@ class VolumeEngine:
 
     def pod(self, uid: str) -> PodStatus | None:
         """One pod's status, or None if the engine does not know it."""
-        desired = self.dsw.pods.get(uid)
-        spec = self.index.pod_spec(uid)
-        if spec is None:
-            return None
-        specs = {dv.name: dv for dv in spec.volumes}
-        volumes = []
-        for name, dv in specs.items():
-            vid = dv.volume_id
-            pv = self.asw.podvols.get((uid, name))
-            waiting = ""
-            if desired is not None and (pv is None or pv.state == UNMOUNTED):
-                waiting = self.reconciler.rwop.wait_reason(uid, dv)
-            if pv is None:
-                volumes.append(
-                    PodVolumeStatus(
-                        name=name,
-                        volume_id=vid,
-                        state=UNMOUNTED,
-                        desired=desired is not None,
-                        waiting=waiting,
-                    )
-                )
-                continue
-            volumes.append(
-                PodVolumeStatus(
-                    name=name,
-                    volume_id=pv.volume_id or vid,
-                    state=pv.state,
-                    desired=desired is not None,
-                    since_us=pv.since_us,
-                    mount_path=pv.mount_path,
-                    reason=pv.reason,
-                    waiting=waiting,
-                    reconstructed=pv.reconstructed,
-                    last_operation=operation_status(pv.last_operation),
-                    last_error=operation_status(pv.last_error),
-                    next_retry_us=next_retry_us(pv),
-                )
-            )
-        return PodStatus(
-            uid=uid,
-            namespace=spec.namespace,
-            name=spec.name,
-            desired=desired is not None,
-            phase=pod_phase(desired is not None, [v.state for v in volumes]),
-            volumes=tuple(volumes),
-        )
+        return self.status.pod(uid)
 
     def pods(self) -> list[PodStatus]:
         """Every desired pod, and every deleted pod not yet cleaned up."""
-        uids = dict.fromkeys(self.dsw.pods)
-        uids.update(dict.fromkeys(self.index.removed_pods))
-        return [status for uid in uids if (status := self.pod(uid)) is not None]
+        return self.status.pods()
 
     def volume(self, volume_id: str) -> VolumeStatus | None:
         """One volume's status, or None if it is neither on the node nor wanted."""
-        dev = self.asw.devices.get(volume_id)
-        wanted = tuple(self.dsw.pods_on_volume(volume_id))
-        held = tuple(sorted(f"{u}/{n}" for u, n in self.index.holders.get(volume_id, ())))
-        if dev is None and not wanted and not held:
-            return None
-        desired_size = self.dsw.desired_size(volume_id)
-        if dev is None:
-            return VolumeStatus(
-                volume_id=volume_id,
-                state="Detached",
-                desired_size_bytes=desired_size,
-                held_by=held,
-                wanted_by=wanted,
-            )
-        return VolumeStatus(
-            volume_id=volume_id,
-            state=dev.state,
-            plugin=dev.plugin,
-            attachable=dev.attachable,
-            device_path=dev.device_path,
-            device_mount_path=dev.device_mount_path,
-            size_bytes=dev.size_bytes,
-            desired_size_bytes=desired_size,
-            since_us=dev.since_us,
-            reason=dev.reason,
-            reconstructed=dev.reconstructed,
-            held_by=held,
-            wanted_by=wanted,
-            last_operation=operation_status(dev.last_operation),
-            last_error=operation_status(dev.last_error),
-            next_retry_us=next_retry_us(dev),
-        )
+        return self.status.volume(volume_id)
 
     def volumes(self) -> list[VolumeStatus]:
-        """Every volume on the node or wanted by a pod.
-
-        A record with only operation records and no device (a plugin-dir orphan's
-        cleanup, `device/orphan:<path>`) is listed only while its last attempt failed.
-        """
-        vids = dict.fromkeys(
-            vid
-            for vid, dev in self.asw.devices.items()
-            if dev.state != DETACHED or dev.last_error is not None
-        )
-        vids.update(dict.fromkeys(dv.volume_id for _, dv in self.dsw.volumes_to_mount()))
-        vids.update(dict.fromkeys(self.index.holders))
-        return [status for vid in vids if (status := self.volume(vid)) is not None]
+        """Every volume on the node or wanted by a pod (see `StatusView.volumes`)."""
+        return self.status.volumes()

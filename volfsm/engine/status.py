@@ -42,6 +42,15 @@ class PodVolumeStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     last_operation: OperationStatus | None = None
     last_error: OperationStatus | None = None
     next_retry_us: int | None = None
+    claim: str = ""
+    """The PersistentVolumeClaim behind the volume ("" if none)."""
+    capacity_bytes: int | None = None
+    """From the last volume stats gathering (PVC-backed and Mounted only)."""
+    used_bytes: int | None = None
+    available_bytes: int | None = None
+    abnormal: bool = False
+    """The driver reports the volume condition abnormal (`condition` says why)."""
+    condition: str = ""
 
 
 class PodStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -81,6 +90,12 @@ class VolumeStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     last_operation: OperationStatus | None = None
     last_error: OperationStatus | None = None
     next_retry_us: int | None = None
+    capacity_bytes: int | None = None
+    """From the last volume stats gathering of a pod using it (PVC-backed volumes)."""
+    used_bytes: int | None = None
+    available_bytes: int | None = None
+    abnormal: bool = False
+    condition: str = ""
 
 
 def operation_status(record: OperationRecord | None) -> OperationStatus | None:

@@ -1,8 +1,6 @@
 """Talking to a running `volfsm serve` over NATS request/reply (what the CLI uses).
 
-`find_target` works out where the service is: the NATS URL from `--nats`,
-`$VOLFSM_NATS` or `<data-dir>/nats.url` (written by the service), and the
-node from `--node`, `$VOLFSM_NODE`, `<data-dir>/node` or the host name.
+Where the service is comes from `volfsm.service.target` (`find_target`).
 `ServiceClient.request` sends one command and returns the reply's fields,
 raising `CommandFailedError` for an `{"ok": false}` reply and
 `ServiceUnreachableError` (with what to check) when nobody answers.
@@ -10,11 +8,7 @@ raising `CommandFailedError` for an `{"ok": false}` reply and
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -23,94 +17,37 @@ import nats
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from events.subjects import SubjectError, check_token, command_subject
+from events.subjects import command_subject
 from volfsm.bus.connect import connect_once
 from volfsm.bus.errors import NatsAuthError
 from volfsm.bus.roles import CLIENT_INBOX_PREFIX
-from volfsm.errors import VolfsmError
-from volfsm.paths import data_dir as default_data_dir
-from volfsm.service.config import (
-    NATS_URL_FILENAME,
-    Layered,
-    ServeConfig,
-    nats_options,
-    saved_nats_url,
-    saved_node,
+from volfsm.service.target import (
+    AUTH_HINT,
+    DEFAULT_TIMEOUT_S,
+    NATS_ENV,
+    NODE_ENV,
+    RUNNING_HINT,
+    CommandFailedError,
+    ServiceUnreachableError,
+    Target,
+    auth_options,
+    find_target,
+    no_answer,
+    no_responders,
+    reply_fields,
 )
 
-NATS_ENV = "VOLFSM_NATS"
-NODE_ENV = "VOLFSM_NODE"
-DEFAULT_TIMEOUT_S = 10.0
-
-
-class ServiceUnreachableError(VolfsmError):
-    """No service could be found or reached; the message says what to check."""
-
-
-class CommandFailedError(VolfsmError):
-    """The service answered `{"ok": false, "error": {code, message}}`."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where a service is: NATS URL, node name, connect options."""
-
-    url: str
-    node: str
-    options: dict[str, Any] = field(default_factory=dict)
-
-
-def auth_options(
-    *,
-    user: str | None = None,
-    password: str | None = None,
-    token: str | None = None,
-    creds: str | None = None,
-    tls_ca: str | None = None,
-    tls_cert: str | None = None,
-    tls_key: str | None = None,
-) -> dict[str, Any]:
-    """`nats.connect` options for these credentials (ConfigError when they do not fit)."""
-    cfg = ServeConfig(
-        nats_user=user or "",
-        nats_password=password or "",
-        nats_token=token or "",
-        nats_creds=creds or "",
-        nats_tls_ca=tls_ca or "",
-        nats_tls_cert=tls_cert or "",
-        nats_tls_key=tls_key or "",
-    )
-    return nats_options(Layered(cfg, {}))
-
-
-def find_target(
-    *,
-    nats_url: str | None = None,
-    node: str | None = None,
-    data_dir: str | os.PathLike[str] | None = None,
-    options: Mapping[str, Any] | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> Target:
-    """The service to talk to; ServiceUnreachableError if no URL can be found."""
-    env = os.environ if environ is None else environ
-    directory = Path(data_dir) if data_dir is not None else default_data_dir()
-    url = nats_url or env.get(NATS_ENV) or saved_nats_url(directory)
-    if not url:
-        raise ServiceUnreachableError(
-            f"no NATS URL: pass --nats URL (or set {NATS_ENV}), or --data-dir of a running "
-            f"`volfsm serve` ({directory / NATS_URL_FILENAME} does not exist; is it running?)"
-        )
-    name = node or env.get(NODE_ENV) or saved_node(directory) or socket.gethostname().split(".")[0]
-    try:
-        check_token(name, "node")
-    except SubjectError as exc:
-        raise ServiceUnreachableError(f"--node: {exc}") from None
-    return Target(url=url, node=name, options=dict(options or {}))
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "NATS_ENV",
+    "NODE_ENV",
+    "CommandFailedError",
+    "ServiceClient",
+    "ServiceUnreachableError",
+    "Target",
+    "auth_options",
+    "find_target",
+]
 
 
 class ServiceClient:
@@ -126,6 +63,8 @@ class ServiceClient:
 
         ServiceUnreachableError if no server can be reached or the one reached refuses us.
         """
+        if self._nc is not None:
+            return
         url = self.target.url
 
         async def ignore(*_: object) -> None:
@@ -142,14 +81,14 @@ class ServiceClient:
                 **{"inbox_prefix": CLIENT_INBOX_PREFIX, **self.target.options},
             )
         except NatsAuthError as exc:
-            raise ServiceUnreachableError(
-                f"{exc} (--nats-user/--nats-password, --nats-token, --nats-creds, --nats-tls-*)"
-            ) from None
+            raise ServiceUnreachableError(f"{exc} ({AUTH_HINT})") from None
         except (ConnectionError, nats.errors.Error, OSError) as exc:
-            raise ServiceUnreachableError(
-                f"{exc or type(exc).__name__}: is `volfsm serve` running, and is this its"
-                " --nats URL?"
-            ) from None
+            raise ServiceUnreachableError(f"{exc or type(exc).__name__}: {RUNNING_HINT}") from None
+
+    @property
+    def max_payload(self) -> int:
+        """The largest message the connected server takes (its max_payload); 0 before connect."""
+        return int(self._nc.max_payload) if self._nc is not None else 0
 
     async def close(self) -> None:
         """Close the connection."""
@@ -182,14 +121,9 @@ class ServiceClient:
         try:
             msg = await self._nc.request(subject, payload, timeout=self.timeout)
         except nats.errors.NoRespondersError:
-            raise ServiceUnreachableError(
-                f"no volfsm service for node {node!r} answers on {self.target.url} "
-                f"(is `volfsm serve --node {node}` running and connected to this NATS?)"
-            ) from None
+            raise ServiceUnreachableError(no_responders(self.target)) from None
         except nats.errors.TimeoutError:
-            raise ServiceUnreachableError(
-                f"node {node!r} did not answer {verb} within {self.timeout:g}s on {self.target.url}"
-            ) from None
+            raise ServiceUnreachableError(no_answer(self.target, verb, self.timeout)) from None
         except nats.errors.MaxPayloadError as exc:
             raise CommandFailedError(
                 "PayloadTooLarge", f"NATS refused the request: {exc}"
@@ -208,16 +142,4 @@ class ServiceClient:
 
     async def request(self, verb: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Send one command; the reply's fields (CommandFailedError if it is not ok)."""
-        raw = await self.request_raw(verb, msgspec.json.encode(body))
-        try:
-            reply = msgspec.json.decode(raw)
-        except msgspec.DecodeError:
-            raise CommandFailedError("BadReply", f"not JSON: {raw[:200]!r}") from None
-        if not isinstance(reply, dict) or "ok" not in reply:
-            raise CommandFailedError("BadReply", f"not a volfsm reply: {raw[:200]!r}")
-        if reply["ok"] is not True:
-            error = reply.get("error") or {}
-            raise CommandFailedError(
-                str(error.get("code", "Unknown")), str(error.get("message", raw[:200]))
-            )
-        return reply
+        return reply_fields(await self.request_raw(verb, msgspec.json.encode(body)))

@@ -14,6 +14,7 @@ array or a comma-separated env value.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import ssl
 import tomllib
@@ -26,16 +27,32 @@ import msgspec
 
 from events.subjects import SubjectError, check_token
 from volfsm import faultpoints
-from volfsm.bus.connect import split_servers
-from volfsm.errors import VolfsmError
+from volfsm.bus.urls import split_servers
 from volfsm.paths import DEFAULT_DATA_DIR, LOG_FILENAME
+from volfsm.service.datadir import (
+    NATS_URL_FILENAME,
+    NODE_FILENAME,
+    ConfigError,
+    saved_nats_url,
+    saved_node,
+)
+
+__all__ = [
+    "NATS_URL_FILENAME",
+    "NODE_FILENAME",
+    "ConfigError",
+    "Layered",
+    "ServeConfig",
+    "Settings",
+    "load_config",
+    "resolve",
+    "saved_nats_url",
+    "saved_node",
+    "settings_from",
+]
 
 ENV_PREFIX = "VOLFSM_"
 CONFIG_ENV = "VOLFSM_CONFIG"
-NODE_FILENAME = "node"
-"""File in the data dir holding the node name the service runs as (read by the CLI)."""
-NATS_URL_FILENAME = "nats.url"
-"""File in the data dir holding the NATS URL the service uses (read by the CLI)."""
 DEFAULT_MAX_COMMAND_BYTES = 4 << 20
 LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL")
 
@@ -59,10 +76,6 @@ def option(
     """
     extra = {k: v for k, v in (("panel", panel), ("metavar", metavar)) if v is not None}
     return msgspec.Meta(description=help_text, extra=extra, **constraints)
-
-
-class ConfigError(VolfsmError):
-    """A setting is missing, malformed or inconsistent; the message names the option."""
 
 
 class ServeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -161,6 +174,16 @@ class ServeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             ge=0,
         ),
     ] = 30.0
+    volume_stats_agg_period: Annotated[
+        str,
+        option(
+            "How often each pod's PVC-backed volumes are measured for /metrics and `volfsm get`"
+            " (kubelet's flag): a duration like 1m, 30s, 1m30s, or seconds; 0 turns it off."
+            " Default 1m.",
+            panel=PANEL_ENGINE,
+            metavar="DURATION",
+        ),
+    ] = "1m"
     http: Annotated[str, option("HOST:PORT for /metrics, /healthz, /readyz. Default: off.")] = ""
     log_level: Annotated[str, option("TRACE..CRITICAL. Default INFO.")] = "INFO"
     restore_from_stream: Annotated[
@@ -338,6 +361,8 @@ class Settings:
     """Claim a root dir without this node's mark (`volfsm.node.rootdir`): as after a lost log."""
     stream_setup: str = "create"
     """"create" the stream / update its settings, or only "check" it (the `node` role)."""
+    volume_stats_period: float = 60.0
+    """Seconds between volume stats gatherings of a pod (0: none)."""
 
     @property
     def log_path(self) -> Path:
@@ -425,20 +450,33 @@ def tls_context(ca: str, cert: str, key: str) -> ssl.SSLContext:
     return ctx
 
 
-def saved_node(data_dir: Path) -> str:
-    """The node name a service last ran as with this data dir ('' if none)."""
-    try:
-        return (data_dir / NODE_FILENAME).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        return ""
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|ms|s|m|h)")
 
 
-def saved_nats_url(data_dir: Path) -> str:
-    """The NATS URL a service with this data dir uses ('' if none)."""
+def parse_duration(text: str) -> float:
+    """Seconds of a Go-style duration ('1m', '1m30s', '500ms', '-1s') or a plain number.
+
+    ValueError for anything else.
+    """
+    body = text.strip()
+    sign = -1.0 if body.startswith("-") else 1.0
+    body = body.lstrip("+-")
     try:
-        return (data_dir / NATS_URL_FILENAME).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        return ""
+        return sign * float(body)
+    except ValueError:
+        pass
+    parts = _DURATION.findall(body)
+    if not body or "".join(n + u for n, u in parts) != body:
+        raise ValueError(f"not a duration: {text!r} (e.g. 1m, 30s, 1m30s, 500ms)")
+    return sign * sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+
+
+def _duration(layered: Layered, key: str) -> float:
+    try:
+        return parse_duration(getattr(layered.config, key))
+    except ValueError as exc:
+        raise ConfigError(f"{layered.where(key)}: {exc}") from None
 
 
 def resolve(layered: Layered) -> Settings:
@@ -515,6 +553,7 @@ def resolve(layered: Layered) -> Settings:
         restore_from_stream=cfg.restore_from_stream,
         adopt_root_dir=cfg.adopt_root_dir,
         stream_setup=cfg.stream_setup,
+        volume_stats_period=_duration(layered, "volume_stats_agg_period"),
     )
 
 

@@ -3,13 +3,19 @@
 Verbs and their request bodies (decoded with msgspec; unknown fields are
 refused):
 
-* `apply`  `{"objects": [<PersistentVolume|PersistentVolumeClaim|Pod>, ...]}`;
+* `apply`  `{"objects": [<Pod|PersistentVolume|PersistentVolumeClaim|ConfigMap|Secret|
+  ServiceAccount|ClusterTrustBundle|CSIDriver>, ...]}`;
   with `"complete": true` the objects are the node's whole desired state:
   pods not among them are deleted (in the same commit) and the desired
-  state is declared complete, so unmounts may start (`apply --complete`)
-* `delete` `{"uid": "..."}` or `{"namespace": "...", "name": "..."}`
+  state is declared complete, so unmounts may start (`apply --complete`).
+  The reply lists each object (with its uid) and, under `skipped`, the
+  objects of kinds a node does not run (not applied)
+* `delete` `{"uid": "..."}` or `{"namespace": "...", "name": "..."}` (a pod),
+  or `{"kind": "ConfigMap", "namespace": "...", "name": "..."}` (a stored object)
 * `get`    `{"what": "pods"|"volumes"}`, optionally filtered by `uid` or
-  `namespace` + `name` (pods only)
+  `namespace` + `name` (pods only); or a stored kind (`configmaps`,
+  `secrets`, `persistentvolumes`, ...: `volfsm.objects.LISTS`), optionally
+  by `namespace`; never a Secret's values
 
 Every reply is `{"ok": true, ...}` or
 `{"ok": false, "error": {"code": "...", "message": "..."}}`. A bad message
@@ -45,8 +51,10 @@ from nats.aio.subscription import Subscription
 
 from events.subjects import PREFIX, command_wildcard
 from volfsm.bus.connect import split_servers
+from volfsm.desired.objects import KINDS
 from volfsm.engine import ApplyResult, EngineNotRunningError, PodStatus, VolumeStatus
 from volfsm.errors import InvalidObjectError
+from volfsm.objects import LISTS
 
 VERBS = ("apply", "delete", "get")
 JETSTREAM_REPLY_PREFIX = "$JS."
@@ -78,8 +86,9 @@ class ApplyRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class DeleteRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """Body of `delete`: a pod by uid, or by namespace and name."""
+    """Body of `delete`: a pod by uid, or by namespace and name; or a stored object by kind."""
 
+    kind: str = "Pod"
     uid: str | None = None
     namespace: str | None = None
     name: str | None = None
@@ -88,7 +97,17 @@ class DeleteRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class GetRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Body of `get`: what to list, optionally one pod."""
 
-    what: Literal["pods", "volumes"]
+    what: Literal[
+        "pods",
+        "volumes",
+        "configmaps",
+        "secrets",
+        "persistentvolumes",
+        "persistentvolumeclaims",
+        "csidrivers",
+        "serviceaccounts",
+        "clustertrustbundles",
+    ]
     uid: str | None = None
     namespace: str | None = None
     name: str | None = None
@@ -150,6 +169,12 @@ class CommandEngine(Protocol):
         self, uid: str | None = None, namespace: str | None = None, name: str | None = None
     ) -> bool:
         """Remove a pod from the desired state; False if there is none."""
+
+    async def delete_object(self, kind: str, namespace: str, name: str) -> bool:
+        """Delete a stored object other than a Pod; False if there is none."""
+
+    def object_listing(self, what: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """The stored objects `get <what>` lists."""
 
     def pods(self) -> list[PodStatus]:
         """Status of every pod the engine knows."""
@@ -252,11 +277,22 @@ class CommandProcessor:
             raise CommandError(INVALID_OBJECT, str(exc)) from None
         results = [
             {"kind": r.kind, "namespace": r.namespace, "name": r.name, "action": r.action}
+            | ({"uid": r.uid} if r.uid else {})
             for r in result.objects
         ]
         last_seq = result.events[-1].seq if result.events else None
         reply: dict[str, Any] = {
             "results": results,
+            "skipped": [
+                {
+                    "kind": s.kind,
+                    "apiVersion": s.api_version,
+                    "namespace": s.namespace,
+                    "name": s.name,
+                    "message": str(s),
+                }
+                for s in result.skipped
+            ],
             "changed": result.changed,
             "events": len(result.events),
             "last_seq": last_seq,
@@ -269,6 +305,8 @@ class CommandProcessor:
         return ok_reply(reply)
 
     async def _delete(self, req: DeleteRequest) -> bytes:
+        if req.kind != "Pod":
+            return await self._delete_object(req)
         if req.uid is not None:
             if req.namespace is not None or req.name is not None:
                 raise CommandError(INVALID_REQUEST, "delete: give uid, or namespace and name")
@@ -287,8 +325,29 @@ class CommandProcessor:
             raise CommandError(NOT_FOUND, f"{what} is not in the desired state of node {self.node}")
         return ok_reply({"deleted": True})
 
+    async def _delete_object(self, req: DeleteRequest) -> bytes:
+        if req.kind not in KINDS or req.uid is not None or not req.name:
+            raise CommandError(
+                INVALID_REQUEST,
+                f"delete: give a kind ({', '.join(KINDS)}), a name and (namespaced kinds) "
+                "a namespace",
+            )
+        try:
+            deleted = await self.engine.delete_object(req.kind, req.namespace or "", req.name)
+        except InvalidObjectError as exc:
+            raise CommandError(INVALID_OBJECT, str(exc)) from None
+        if not deleted:
+            where = f"{req.namespace or 'default'}/{req.name}" if req.namespace else req.name
+            raise CommandError(NOT_FOUND, f"{req.kind} {where} is not stored on node {self.node}")
+        return ok_reply({"deleted": True})
+
     def _get(self, req: GetRequest) -> bytes:
         status = self.status()
+        if req.what in LISTS:
+            if req.uid is not None or req.name is not None:
+                raise CommandError(INVALID_REQUEST, f"get {req.what}: filter by namespace only")
+            items = self.engine.object_listing(req.what, req.namespace)
+            return ok_reply({"what": req.what, "items": items})
         if req.what == "volumes":
             if req.uid is not None or req.namespace is not None or req.name is not None:
                 raise CommandError(INVALID_REQUEST, "get: uid/namespace/name filter pods only")

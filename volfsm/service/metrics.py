@@ -12,18 +12,25 @@ registry (see `volfsm.web.exposition`). Two kinds of numbers:
   ('0.1', '1', '600');
 * read at scrape time, as the kubelet's volume manager collector does:
   `volume_manager_total_volumes{plugin_name,state}`, devices and pod-volumes
-  by state, running operations, publish lag, relay counters, readiness.
+  by state, running operations, publish lag, relay counters, readiness;
+  the `kubelet_volume_stats_*` gauges from what the volume stats gatherer
+  last collected (`volfsm.engine.volstats`: on its own period, never on the
+  scrape path) and the reconstruction counters from the engine's report;
+* told by the CSI clients and the gatherer: `csi_operations_seconds` per
+  driver, method and gRPC code, and
+  `kubelet_volume_metric_collection_duration_seconds`.
 
-Labels are low-cardinality only (plugin, operation, state, result, verb,
-error code); never a volume id, pod uid or name.
+Labels are low-cardinality (plugin, operation, state, result, verb, error
+code), except the kubelet's own `namespace` / `persistentvolumeclaim` of
+the volume stats; never a volume id or pod uid.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -44,10 +51,15 @@ from events.types import (
     VolumeSource,
 )
 from projections.asw import Asw
+from volfsm.engine.volstats import VolumeStats
 from volfsm.web.exposition import counter, gauge, registry_of
 
 KUBELET_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0)
-"""kubelet's storage_operation_duration_seconds buckets."""
+"""kubelet's storage_operation_duration_seconds (and csi_operations_seconds) buckets."""
+COLLECTION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""kubelet_volume_metric_collection_duration_seconds buckets (Prometheus' defaults)."""
+MIGRATED = "false"
+"""The `migrated` label: volfsm does no in-tree to CSI migration."""
 
 UNKNOWN_PLUGIN = "N/A"
 PLUGIN_CSI = "kubernetes.io/csi"
@@ -172,6 +184,10 @@ class Snapshot:
     relay: RelayView | None = None
     relay_counters: dict[str, int] = field(default_factory=dict)
     intake_connected: bool = False
+    volume_stats: Sequence[VolumeStats] = ()
+    """The gatherer's last results, one per (namespace, claim)."""
+    reconstruction: Mapping[str, Any] | None = None
+    """The engine's reconstruction report as plain data (None until it ran)."""
 
 
 _RELAY_COUNTERS = {
@@ -220,8 +236,28 @@ class ServiceMetrics(Collector):
         self.durations = DurationTally(
             "storage_operation_duration_seconds",
             "Storage operation duration (kubelet-compatible).",
-            ("volume_plugin", "operation_name", "status"),
+            ("volume_plugin", "operation_name", "status", "migrated"),
         )
+        self.csi_calls = DurationTally(
+            "csi_operations_seconds",
+            "Container Storage Interface operation duration with gRPC error code status total "
+            "(kubelet-compatible).",
+            ("driver_name", "method_name", "grpc_status_code", "migrated"),
+        )
+        self.end_to_end = DurationTally(
+            "volume_operation_total_seconds",
+            "Storage operation end to end duration in seconds: from an operation's first "
+            "attempt on a volume until one succeeds, failed attempts and backoff included.",
+            ("plugin_name", "operation_name"),
+        )
+        self.collections = DurationTally(
+            "kubelet_volume_metric_collection_duration_seconds",
+            "Duration in seconds to calculate volume stats (kubelet-compatible).",
+            ("metric_source",),
+            COLLECTION_BUCKETS,
+        )
+        self._first_attempt: dict[tuple[str, str], tuple[int, str]] = {}
+        self._op_streams: dict[str, tuple[str, str]] = {}
         self.commands = Tally(
             "volfsm_commands_total",
             "Commands received over NATS, by verb and result code ('ok' when it succeeded).",
@@ -245,17 +281,44 @@ class ServiceMetrics(Collector):
                 plugin = body.plugin or UNKNOWN_PLUGIN
                 self._op_plugins[body.op_id] = plugin
                 self.operations_started.inc(body.operation, plugin)
+                self._started(env, body, plugin)
             elif isinstance(body, OperationSucceeded):
                 plugin = self._op_plugins.pop(body.op_id, UNKNOWN_PLUGIN)
                 self.operations.inc(body.operation, plugin, "success")
-                self.durations.observe(body.duration_s, plugin, body.operation, "success")
+                self.durations.observe(body.duration_s, plugin, body.operation, "success", MIGRATED)
+                self._succeeded(env, body)
             elif isinstance(body, OperationFailed):
                 plugin = self._op_plugins.pop(body.op_id, UNKNOWN_PLUGIN)
+                self._op_streams.pop(body.op_id, None)
                 self.operations.inc(body.operation, plugin, "failure")
                 self.operation_errors.inc(
                     body.operation, plugin, body.code, "true" if body.final else "false"
                 )
-                self.durations.observe(body.duration_s, plugin, body.operation, "fail-unknown")
+                self.durations.observe(
+                    body.duration_s, plugin, body.operation, "fail-unknown", MIGRATED
+                )
+
+    def _started(self, env: Envelope, body: OperationStarted, plugin: str) -> None:
+        """Remember an operation's first attempt on its stream (volume_operation_total_seconds)."""
+        key = (env.stream, body.operation)
+        self._first_attempt.setdefault(key, (env.ts, plugin))
+        self._op_streams[body.op_id] = key
+
+    def _succeeded(self, env: Envelope, body: OperationSucceeded) -> None:
+        key = self._op_streams.pop(body.op_id, None)
+        first = self._first_attempt.pop(key, None) if key is not None else None
+        if first is not None:
+            started_us, plugin = first
+            seconds = max(0.0, (env.ts - started_us) / 1e6)
+            self.end_to_end.observe(seconds, plugin, body.operation)
+
+    def csi_call(self, driver: str, method: str, code: str, seconds: float) -> None:
+        """One CSI call ended (a `CsiClient.on_call` observer)."""
+        self.csi_calls.observe(seconds, driver, method, code, MIGRATED)
+
+    def volume_stats_collected(self, source: str, seconds: float) -> None:
+        """One volume's stats were gathered (`VolumeStatsGatherer.on_duration`)."""
+        self.collections.observe(seconds, source)
 
     def command(self, verb: str, code: str) -> None:
         """Count one command and its outcome."""
@@ -288,6 +351,11 @@ class ServiceMetrics(Collector):
         yield self.operation_errors.family()
         yield self.durations.family()
         yield self.commands.family()
+        yield self.csi_calls.family()
+        yield self.end_to_end.family()
+        yield self.collections.family()
+        yield from volume_stats_families(snap.volume_stats)
+        yield from reconstruction_families(snap.reconstruction)
 
 
 def _volume_counts(snap: Snapshot) -> tuple[Counts, Counts, Counts]:
@@ -365,3 +433,79 @@ def _relay_families(snap: Snapshot) -> Iterator[Metric]:
     for key, help_text in _RELAY_COUNTERS.items():
         value = float(snap.relay_counters.get(key, 0))
         yield counter(f"volfsm_relay_{key}_total", help_text, (), [((), value)])
+
+
+_VOLUME_STATS = (
+    ("capacity_bytes", "capacity_bytes", "Capacity in bytes of the volume"),
+    ("available_bytes", "available_bytes", "Number of available bytes in the volume"),
+    ("used_bytes", "used_bytes", "Number of used bytes in the volume"),
+    ("inodes", "inodes", "Maximum number of inodes in the volume"),
+    ("inodes_free", "inodes_free", "Number of free inodes in the volume"),
+    ("inodes_used", "inodes_used", "Number of used inodes in the volume"),
+)
+"""(metric suffix, `VolumeUsage` field, kubelet's help) of the kubelet_volume_stats_* gauges."""
+CLAIM_LABELS = ("namespace", "persistentvolumeclaim")
+
+
+def volume_stats_families(stats: Sequence[VolumeStats]) -> Iterator[Metric]:
+    """The kubelet's volume stats gauges, one series per claim, from the gatherer's cache.
+
+    The health gauge has a series only where the driver reported a condition.
+    """
+    measured = [s for s in stats if s.usage is not None]
+    for suffix, attr, help_text in _VOLUME_STATS:
+        yield gauge(
+            f"kubelet_volume_stats_{suffix}",
+            help_text,
+            CLAIM_LABELS,
+            [((s.namespace, s.claim), float(getattr(s.usage, attr))) for s in measured],
+        )
+    yield gauge(
+        "kubelet_volume_stats_health_status_abnormal",
+        "Abnormal volume health status. The count is either 1 or 0. 1 indicates the volume "
+        "is unhealthy, 0 indicates volume is healthy",
+        CLAIM_LABELS,
+        [
+            ((s.namespace, s.claim), 1.0 if s.abnormal else 0.0)
+            for s in stats
+            if s.abnormal is not None
+        ],
+    )
+
+
+def reconstruction_families(report: Mapping[str, Any] | None) -> Iterator[Metric]:
+    """The kubelet's reconstruction counters, from the engine's report (one run per start).
+
+    `reconstruct_volume_operations_total`: volumes found on the node that the
+    reconstruction handled (rebuilt, or could not be and became orphans);
+    `_errors_total`: those that could not be reconstructed. The force-cleaned
+    counters count the orphans whose cleanup ran, and those whose cleanup failed.
+    """
+    report = report or {}
+    orphans = list(report.get("orphans") or [])
+    failed = 1 if report.get("error") else 0
+    ran = [o for o in orphans if o.get("status") in ("cleaned", "failed")]
+    values = (
+        (
+            "reconstruct_volume_operations_total",
+            "The number of volumes that were attempted to be reconstructed from the node.",
+            int(report.get("reconstructed") or 0) + len(orphans) + failed,
+        ),
+        (
+            "reconstruct_volume_operations_errors_total",
+            "The number of volumes that failed reconstruction from the node.",
+            len(orphans) + failed,
+        ),
+        (
+            "force_cleaned_failed_volume_operations_total",
+            "The number of volumes that were force cleaned after their reconstruction failed.",
+            len(ran),
+        ),
+        (
+            "force_cleaned_failed_volume_operation_errors_total",
+            "The number of volumes that failed force cleanup after their reconstruction failed.",
+            sum(1 for o in ran if o.get("status") == "failed"),
+        ),
+    )
+    for name, help_text, value in values:
+        yield counter(name, help_text, (), [((), float(value))])

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 from pathlib import Path
@@ -70,6 +71,7 @@ from volfsm.errors import VolfsmError
 from volfsm.gate import LIFT, gate_text
 from volfsm.node.layout import RootLayout
 from volfsm.node.rootdir import RootClaim, RootDir, RootDirError
+from volfsm.objects import ObjectStoreError
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.csi.plugin import CsiPlugin
 from volfsm.plugins.emptydir import EmptyDirPlugin
@@ -242,9 +244,11 @@ class NodeService:
                 desired_complete=False,
                 desired_grace=s.desired_grace,
                 log_lost=lost,
+                volume_stats_period=s.volume_stats_period,
             ),
         )
         self.engine = engine
+        engine.volstats.on_duration = self.metrics.volume_stats_collected
         engine.reconciler.on_hold = root.set_until_complete
         engine.reconciler.on_complete = self._desired_complete
         relay = Relay(
@@ -267,7 +271,10 @@ class NodeService:
         except NatsSetupError as exc:
             raise ServiceStartError(str(exc)) from None
         self.relay = relay
-        await engine.start()
+        try:
+            await engine.start()
+        except ObjectStoreError as exc:
+            raise ServiceStartError(str(exc)) from None
         self._log.info(
             "ASW rebuilt from the log: {} devices, {} pod-volumes, {} desired pods, seq {}",
             len(engine.asw.devices),
@@ -443,6 +450,7 @@ class NodeService:
                 socket_wait_s=CSI_RETRY_S,
             )
             self.csi_plugins[drv.name] = plugin
+            plugin.client.on_call = functools.partial(self.metrics.csi_call, drv.name)
             registered = asyncio.Event()
             waits.append(registered.wait())
             self._spawn(self._register_csi(plugin, registered), f"csi-register:{drv.name}")
@@ -567,6 +575,7 @@ class NodeService:
         """Scrape-time state for the metrics."""
         engine = self.engine
         relay = self.relay
+        report = engine.reconstruction if engine is not None else None
         counters: dict[str, int] = {}
         if relay is not None:
             counters = {k: int(v) for k, v in vars(relay.counters).items()}
@@ -579,6 +588,8 @@ class NodeService:
             relay=relay,
             relay_counters=counters,
             intake_connected=self.intake.connected if self.intake is not None else False,
+            volume_stats=engine.volstats.by_claim() if engine is not None else (),
+            reconstruction=report.as_dict() if report is not None else None,
         )
 
     def metrics_page(self) -> Response:

@@ -7,8 +7,16 @@ import pytest
 
 from events.codec import envelope_to_json
 from events.errors import UnknownEventError
-from events.streams import pod_stream
-from events.types import EVENT_TYPES, Envelope, PodCleanedUp
+from events.streams import object_stream, pod_stream, podvol_stream
+from events.types import (
+    EVENT_TYPES,
+    Envelope,
+    ObjectApplied,
+    ObjectDeleted,
+    PodCleanedUp,
+    VolumeConditionChanged,
+    VolumeUsageChanged,
+)
 from projections.analytics import (
     PHASES,
     STAGE_OF,
@@ -28,6 +36,15 @@ def sample_envelopes() -> list[Envelope]:
     mixed_workload(sim, pods=60, seed=3)
     uid = "n9-pod0"
     sim.emit(pod_stream(uid), PodCleanedUp(pod_uid=uid, volume_names=("v0",)), 1_000)
+    vol = {"volume_id": "v9", "pod_uid": "n9-pod1", "volume_name": "v0"}
+    claim = {"namespace": "default", "claim": "data"}
+    stream = podvol_stream("n9-pod1", "v0")
+    sim.emit(stream, VolumeUsageChanged(**vol, **claim, capacity_bytes=100, used_bytes=95), 10)
+    sim.emit(stream, VolumeConditionChanged(**vol, **claim, abnormal=True, message="I/O"), 10)
+    cm = {"kind": "ConfigMap", "namespace": "default", "name": "cm", "uid": "u-cm"}
+    objects = object_stream("ConfigMap", "default", "cm")
+    sim.emit(objects, ObjectApplied(**cm, resource_version=1, content_hash="sha256:0"), 10)
+    sim.emit(objects, ObjectDeleted(**cm, resource_version=2), 10)
     return node1() + node2() + sim.envs
 
 

@@ -44,7 +44,7 @@ async def test_pv_growth_expands_the_mounted_filesystem(stack: Stack) -> None:
     (target / "kept.txt").write_text("still here after the resize")
 
     result = await engine.apply([pv("pv-grow", "grow", size="96Mi")])
-    assert [env.type for env in result.events] == ["DesiredSizeChanged"]
+    assert [env.type for env in result.events] == ["DesiredSizeChanged", "ObjectApplied"]
     vid = volume_id("grow")
     await eventually(
         lambda: engine.asw.devices[vid].size_bytes == 96 * MIB, "the volume recorded as resized"

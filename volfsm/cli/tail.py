@@ -65,6 +65,10 @@ def tail(
         asyncio.run(_main(target, stream, flt, show, since_us, follow, idle_s))
 
 
+CLOSE_TIMEOUT_S = 2.0
+"""How long a stopping tail waits for its NATS connection to close."""
+
+
 async def _main(
     target: Target,
     stream: str,
@@ -88,7 +92,7 @@ async def _main(
         return
     finally:
         with contextlib.suppress(Exception):
-            await nc.close()
+            await asyncio.wait_for(nc.close(), CLOSE_TIMEOUT_S)  # a stop must not hang
 
 
 async def _connect(target: Target) -> Any:

@@ -41,7 +41,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from events.streams import device_stream, podvol_stream
-from tests.crash.workload import DRIVER, Pod, Volume
+from tests.crash.workload import DRIVER, OBJECT_KEY, Pod, Volume
 from tests.helpers.csidriver import (
     MIB,
     DriverProcess,
@@ -51,6 +51,7 @@ from tests.helpers.csidriver import (
 )
 from tests.service.helpers import ServeProcess, expected_stream, read_stream
 from volfsm.cli import app
+from volfsm.node.atomicwriter import TS_DIR_RE, read_payload
 from volfsm.node.layout import RootLayout
 from volfsm.service.client import CommandFailedError, ServiceClient, ServiceUnreachableError, Target
 
@@ -377,6 +378,8 @@ class CrashNode:
             return [f"pod {pod.uid} volume {vol.name}: mounts at {path}: {here}"]
         if vol.kind == "emptydir" and (here or not path.is_dir()):
             return [f"pod {pod.uid} volume {vol.name}: {path} is not a plain directory"]
+        if vol.kind in ("configmap", "secret"):
+            return _object_volume_problems(pod, vol, path, [m.fstype for m in here])
         if vol.kind == "block":
             try:
                 mode = os.stat(path).st_mode
@@ -603,3 +606,18 @@ def locks_on(devices: list[str]) -> list[str]:
         if len(parts) == 3 and parts[1].isdigit() and (parts[2], int(parts[1])) in inodes:
             locks.append(parts[0])
     return locks
+
+
+def _object_volume_problems(pod: Pod, vol: Volume, path: Path, fstypes: list[str]) -> list[str]:
+    """A configmap / secret volume: its tmpfs (secret only), its one file, one timestamped dir."""
+    where = f"pod {pod.uid} volume {vol.name}"
+    if fstypes != (["tmpfs"] if vol.kind == "secret" else []):
+        return [f"{where}: mounts at {path}: {fstypes}"]
+    try:
+        files = read_payload(path)
+        stamped = [n for n in os.listdir(path) if TS_DIR_RE.match(n)]
+    except OSError as exc:
+        return [f"{where}: {path}: {exc}"]
+    if files != {OBJECT_KEY: vol.content} or len(stamped) != 1:
+        return [f"{where}: {path} holds {sorted(files)} in {stamped}"]
+    return []

@@ -52,7 +52,12 @@ RPC_OF_CALL = {
 }
 """The CSI RPC behind each plugin call of volfsm's CSI plugin."""
 
-POD_KINDS = {"fs": ["fs"], "block": ["block"], "emptydir": ["emptydir", "tmpfs"]}
+POD_KINDS = {
+    "fs": ["fs"],
+    "block": ["block"],
+    "emptydir": ["emptydir", "tmpfs"],
+    "objects": ["configmap", "secret"],
+}
 """The volumes each pod of a case has."""
 
 
@@ -122,6 +127,20 @@ PATHS: dict[str, tuple[list[str], list[str]]] = {
             "append.after/mark_detached/DeviceDetached",
             "relay.before_publish/VolumeUnmounted",
             "relay.before_cursor@2",
+        ],
+    ),
+    "objects": (
+        [
+            "driver.before/set_up",
+            "driver.during/set_up+0",  # killed as SetUp returns: the swap done, not recorded
+            "driver.after/set_up@2",
+            "append.after/volume_mount/VolumeMounted@2",
+        ],
+        [
+            "driver.before/tear_down",
+            "driver.during/tear_down+0",
+            "driver.after/tear_down@2",
+            "append.after/volume_unmount/VolumeUnmounted",
         ],
     ),
 }

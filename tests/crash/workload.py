@@ -8,7 +8,10 @@ Volume kinds:
   file, mapped by the engine (global map bind mount, pod device link, loop
   fd lock);
 * `emptydir`: a plain emptyDir directory;
-* `tmpfs`: an emptyDir with medium Memory (a tmpfs mount).
+* `tmpfs`: an emptyDir with medium Memory (a tmpfs mount);
+* `configmap`: a configMap volume (its own ConfigMap; files on disk, the
+  atomic writer's layout);
+* `secret`: a secret volume (its own Secret; a tmpfs).
 
 Each CSI volume belongs to one pod (its own PV, PVC and driver volume), so
 a pod's deletion must end with its volume unstaged and its loop device gone.
@@ -25,7 +28,9 @@ from volfsm.node.layout import RootLayout
 
 DRIVER = "csi.volfsm.dev"
 NAMESPACE = "crash"
-KINDS = ("fs", "block", "emptydir", "tmpfs")
+KINDS = ("fs", "block", "emptydir", "tmpfs", "configmap", "secret")
+OBJECT_KINDS = {"configmap": "ConfigMap", "secret": "Secret"}
+OBJECT_KEY = "key"
 CSI_KINDS = frozenset({"fs", "block"})
 CSI_PLUGIN_DIR = "kubernetes.io~csi"
 EMPTY_DIR_PLUGIN_DIR = "kubernetes.io~empty-dir"
@@ -62,10 +67,29 @@ class Volume:
             return {"name": self.name, "emptyDir": {}}
         if self.kind == "tmpfs":
             return {"name": self.name, "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}}
+        if self.kind == "configmap":
+            return {"name": self.name, "configMap": {"name": self.object_name}}
+        if self.kind == "secret":
+            return {"name": self.name, "secret": {"secretName": self.object_name}}
         return {"name": self.name, "persistentVolumeClaim": {"claimName": self.pv}}
 
+    @property
+    def object_name(self) -> str:
+        """The ConfigMap or Secret of a configmap / secret volume."""
+        return f"obj-{self.name}"
+
+    @property
+    def content(self) -> bytes:
+        """What its one file holds (configmap / secret volumes)."""
+        return f"content of {self.name}".encode()
+
     def claim_objects(self) -> list[dict[str, Any]]:
-        """PV and PVC of a CSI volume (none for emptyDir)."""
+        """PV and PVC of a CSI volume, the ConfigMap or Secret of an object volume."""
+        if self.kind in OBJECT_KINDS:
+            data = "stringData" if self.kind == "secret" else "data"
+            meta = {"namespace": NAMESPACE, "name": self.object_name}
+            obj = {"apiVersion": "v1", "kind": OBJECT_KINDS[self.kind], "metadata": meta}
+            return [{**obj, data: {OBJECT_KEY: self.content.decode()}}]
         if not self.csi:
             return []
         mode = "Block" if self.kind == "block" else "Filesystem"
@@ -110,6 +134,8 @@ class Volume:
             return layout.csi_publish_path(uid, self.pv)
         if self.kind == "block":
             return layout.csi_block_pod_device_path(uid, self.pv)
+        if self.kind in OBJECT_KINDS:
+            return layout.pod_volume_dir(uid, f"kubernetes.io~{self.kind}", self.name)
         return layout.pod_volume_dir(uid, EMPTY_DIR_PLUGIN_DIR, self.name)
 
     def device_dirs(self, layout: RootLayout) -> list[Path]:

@@ -1,0 +1,339 @@
+"""The configMap, secret, downwardAPI and projected plugins (kubelet §1).
+
+Each wraps a volume dir as the kubelet wraps an emptyDir
+(``pods/<uid>/volumes/kubernetes.io~<kind>/<name>``): a plain directory for
+configMap, a tmpfs for secret, downwardAPI and projected (Secret values and
+tokens never touch the node's disk), then fills it with the `AtomicWriter`.
+SetUp reads the objects from the node's object store; called again for a
+remount (the kubelet's RequiresRemount: a changed ConfigMap, Secret, pod
+label or a token due for refresh) it rewrites only what changed, in one
+atomic swap.
+
+SetUp errors. A missing object or key, a bad item path or a token that
+cannot be had is found before the node is touched: TRANSIENT (the pod
+waits, the reason in its status, retried with backoff; a mounted volume
+keeps its old content, as in the kubelet). A failure writing the files
+after the dir or tmpfs is there is UNCERTAIN (torn down later).
+
+Reconstruction: a dir under ``kubernetes.io~<kind>/`` is this plugin's
+volume of that name (its id ``<plugin>/<uid>-<name>``); its content comes
+back on the next SetUp, from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+from events.types import DesiredVolume, VolumeSource
+from volfsm.desired.objects import Pod
+from volfsm.desired.volumes import Volume
+from volfsm.node import mounts
+from volfsm.node.atomicwriter import AtomicWriteError, AtomicWriter, check_payload
+from volfsm.node.dirsonly import first_kept, remove_dirs
+from volfsm.node.layout import PathInUseError, RootLayout, UnsafePathError
+from volfsm.node.ownership import OwnershipResult, set_volume_ownership
+from volfsm.objects import ObjectStore
+from volfsm.plugins.base import (
+    FILESYSTEM,
+    ConstructedSpec,
+    ErrorClass,
+    MountResult,
+    NodeView,
+    PluginError,
+    PodVolumeDir,
+    VolumePlugin,
+    VolumeRequest,
+)
+from volfsm.plugins.objectvol.certs import CertManager
+from volfsm.plugins.objectvol.payload import Context, PayloadError, volume_payload
+from volfsm.plugins.objectvol.tokens import TokenManager
+
+CONFIG_MAP_PLUGIN = "kubernetes.io/configmap"
+SECRET_PLUGIN = "kubernetes.io/secret"
+DOWNWARD_API_PLUGIN = "kubernetes.io/downward-api"
+PROJECTED_PLUGIN = "kubernetes.io/projected"
+OBJECT_PLUGINS = (CONFIG_MAP_PLUGIN, SECRET_PLUGIN, DOWNWARD_API_PLUGIN, PROJECTED_PLUGIN)
+VOLUME_DIR_MODE = 0o777
+MAX_STACKED = 16
+KEPT_OWNER = " the log did not create"
+
+RemountAt = Callable[[str, str, float], None]
+"""(pod uid, volume name, unix time): ask for a remount then (a token due for refresh)."""
+
+
+@dataclass
+class ObjectVolumes:
+    """What the four plugins share: the store (set once the engine has one), tokens, resources."""
+
+    store: ObjectStore | None = None
+    tokens: TokenManager | None = None
+    certs: CertManager | None = None
+    allocatable: Mapping[str, Fraction] = field(default_factory=dict)
+    remount_at: RemountAt | None = None
+
+
+def object_volume_id(plugin: str, pod_uid: str, name: str) -> str:
+    """The unique volume id of a pod's object volume (as `resolve` gives it)."""
+    return f"{plugin}/{pod_uid}-{name}"
+
+
+def find_pod(store: ObjectStore, uid: str) -> Pod | None:
+    """The stored Pod with this uid, or None."""
+    for stored in store.objects("Pod"):
+        if stored.uid == uid and isinstance(stored.obj, Pod):
+            return stored.obj
+    return None
+
+
+def _os_error(exc: OSError, what: str, error_class: ErrorClass) -> PluginError:
+    code = errno.errorcode.get(exc.errno or 0, "OSError")
+    return PluginError(code, f"{what}: {exc.strerror or exc}", error_class)
+
+
+class ObjectVolumePlugin(VolumePlugin):
+    """One of the four object plugins; `memory` says whether its dir is a tmpfs."""
+
+    memory = True
+
+    def __init__(self, layout: RootLayout, shared: ObjectVolumes) -> None:
+        self.layout = layout
+        self.shared = shared
+        self._layouts: dict[Path, RootLayout] = {layout.root: layout}
+
+    def supports(self, source: VolumeSource) -> bool:
+        """Whether `source` is of this plugin."""
+        return source.plugin == self.name
+
+    def can_serve(self, source: VolumeSource, volume_mode: str) -> str | None:
+        """Filesystem volumes only."""
+        if volume_mode != FILESYSTEM:
+            return f"plugin {self.name} serves volumeMode Filesystem only"
+        return None
+
+    def requires_remount(self, source: VolumeSource) -> bool:
+        """The kubelet's RequiresRemount: true, the files follow their objects."""
+        return True
+
+    # --------------------------------------------------------- reconstruction
+
+    def construct_volume_spec(
+        self, layout: RootLayout, entry: PodVolumeDir, node: NodeView
+    ) -> ConstructedSpec | str:
+        """The volume from its dir's name (its content comes from the store at SetUp)."""
+        if not entry.is_dir:
+            return f"a {self.name} entry that is not a directory"
+        spec = self.spec_from_volume_id(
+            object_volume_id(self.name, entry.pod_uid, entry.name), entry.pod_uid, entry.name
+        )
+        assert spec is not None
+        return ConstructedSpec(spec)
+
+    def spec_from_volume_id(self, volume_id: str, pod_uid: str, name: str) -> DesiredVolume | None:
+        """The pod's volume `name` if `volume_id` is its id."""
+        if volume_id != object_volume_id(self.name, pod_uid, name):
+            return None
+        return DesiredVolume(name=name, volume_id=volume_id, source=VolumeSource(plugin=self.name))
+
+    def expected_pod_mount(self, spec: DesiredVolume) -> str | None:
+        """A tmpfs for secret, downwardAPI and projected; nothing for configMap."""
+        return f"{self.name} tmpfs" if self.memory else ""
+
+    # ------------------------------------------------------------------ paths
+
+    def pod_mount_path(self, root: Path, req: VolumeRequest) -> Path:
+        """pods/<uid>/volumes/kubernetes.io~<kind>/<name>."""
+        layout = self._layouts.get(root)
+        if layout is None:
+            layout = self._layouts[root] = RootLayout(root)
+        return layout.pod_volume_dir(req.pod_uid, self.pod_dir_name(), req.volume_name)
+
+    def _volume_dir(self, req: VolumeRequest) -> Path:
+        try:
+            return self.layout.pod_volume_dir(req.pod_uid, self.pod_dir_name(), req.volume_name)
+        except UnsafePathError as exc:
+            raise PluginError("UnsafePath", str(exc), ErrorClass.TRANSIENT) from None
+
+    # ----------------------------------------------------------------- set up
+
+    async def set_up(self, req: VolumeRequest) -> MountResult:
+        """Fill the volume from the store (again, for a remount). Idempotent."""
+        return await asyncio.to_thread(self._set_up, req)
+
+    def _context(self, req: VolumeRequest) -> tuple[Context, Volume]:
+        store = self.shared.store
+        if store is None:
+            raise PluginError("NotReady", "the object store is not open yet", ErrorClass.TRANSIENT)
+        pod = find_pod(store, req.pod_uid)
+        if pod is None:
+            raise PluginError(
+                "PodNotFound", f"pod {req.pod_uid} is not in the object store", ErrorClass.TRANSIENT
+            )
+        for volume in pod.spec.volumes:
+            if volume.name == req.volume_name:
+                shared = self.shared
+                ctx = Context(store, pod, shared.tokens, shared.allocatable, shared.certs)
+                return ctx, volume
+        raise PluginError(
+            "VolumeNotFound",
+            f"{pod.label} has no volume {req.volume_name!r}",
+            ErrorClass.TRANSIENT,
+        )
+
+    def _set_up(self, req: VolumeRequest) -> MountResult:
+        volume_dir = self._volume_dir(req)
+        ctx, volume = self._context(req)
+        meta = ctx.pod.metadata
+        where = f"pod {meta.ns}/{meta.name} volume {volume.name}"
+        try:
+            payload = volume_payload(ctx, volume)
+            check_payload(payload.files)
+        except PayloadError as exc:
+            raise PluginError(exc.code, f"{where}: {exc}", ErrorClass.TRANSIENT) from None
+        except AtomicWriteError as exc:
+            raise PluginError("InvalidPath", f"{where}: {exc}", ErrorClass.TRANSIENT) from None
+        mount_found = self._wrap(volume_dir)
+        owned: list[OwnershipResult] = []
+
+        def set_perms(top: Path) -> None:
+            # the kubelet's SetVolumeOwnership with the mounter's ReadOnly attribute (0440 bits)
+            owned.append(set_volume_ownership(top, req.fs_group, read_only=True))
+
+        perms = set_perms if req.fs_group is not None else None
+        try:
+            result = AtomicWriter(volume_dir, context=where).write(payload.files, perms)
+        except (AtomicWriteError, OSError) as exc:
+            raise PluginError("WriteFailed", str(exc), ErrorClass.UNCERTAIN) from None
+        if payload.refresh_at is not None and self.shared.remount_at is not None:
+            self.shared.remount_at(req.pod_uid, req.volume_name, payload.refresh_at)
+        change = "written" if result.written else "unchanged"
+        return MountResult(
+            path=str(volume_dir),
+            mount_found=mount_found,
+            detail=f"{change} {result.data_dir}",
+            contents=f"{change}: {payload.describe()}",
+            ownership=owned[0].summary() if owned else "",
+            ownership_s=owned[0].duration_s if owned else 0.0,
+        )
+
+    def _wrap(self, volume_dir: Path) -> bool | None:
+        """The wrapped emptyDir: the dir, with a tmpfs for the memory plugins."""
+        try:
+            self.layout.ensure_dir(volume_dir)
+            os.chmod(volume_dir, VOLUME_DIR_MODE)
+        except UnsafePathError as exc:
+            raise PluginError("UnsafePath", str(exc), ErrorClass.TRANSIENT) from None
+        except OSError as exc:
+            raise _os_error(exc, f"creating {volume_dir}", ErrorClass.FINAL) from None
+        if not self.memory:
+            return None
+        existing = mounts.find_mount(volume_dir)
+        if existing is not None:
+            if existing.fstype != "tmpfs":
+                raise PluginError(
+                    "MediumMismatch",
+                    f"{volume_dir} is a {existing.fstype} mount, not tmpfs",
+                    ErrorClass.UNCERTAIN,
+                )
+            return True
+        try:
+            with self.layout.pin(volume_dir) as target:
+                mounts.mount_tmpfs(target)
+        except UnsafePathError as exc:
+            raise PluginError("UnsafePath", str(exc), ErrorClass.TRANSIENT) from None
+        except mounts.MountError as exc:
+            raise PluginError(exc.code, str(exc), ErrorClass.FINAL) from None
+        found = mounts.find_mount(volume_dir)
+        return found is not None and found.fstype == "tmpfs"
+
+    # --------------------------------------------------------------- tear down
+
+    async def tear_down(self, req: VolumeRequest) -> str | None:
+        """Unmount the tmpfs and remove the dir (with `keep_files`: directories only)."""
+        return await asyncio.to_thread(self._tear_down, req)
+
+    def _tear_down(self, req: VolumeRequest) -> str | None:
+        volume_dir = self._volume_dir(req)
+        if self.shared.tokens is not None:
+            self.shared.tokens.forget_pod(req.pod_uid)
+        if self.shared.certs is not None:
+            self.shared.certs.forget_pod(req.pod_uid)
+        try:
+            if req.keep_files:
+                return self._tear_down_keeping(volume_dir)
+            self._unmount(volume_dir)
+            self.layout.remove_tree(volume_dir)
+        except UnsafePathError as exc:
+            raise PluginError("UnsafePath", str(exc), ErrorClass.UNCERTAIN) from None
+        except PathInUseError as exc:
+            raise PluginError("MountedInside", str(exc), ErrorClass.UNCERTAIN) from None
+        except mounts.MountError as exc:
+            raise PluginError(exc.code, str(exc), ErrorClass.UNCERTAIN) from None
+        except OSError as exc:
+            raise _os_error(exc, f"removing {volume_dir}", ErrorClass.UNCERTAIN) from None
+        return None
+
+    def _unmount(self, volume_dir: Path) -> None:
+        """Unmount the tmpfs at the dir (each layer, should two SetUps have raced)."""
+        for _ in range(MAX_STACKED):
+            found = mounts.find_mount(volume_dir)
+            if found is None:
+                return
+            if found.fstype != "tmpfs":
+                raise PluginError(
+                    "MediumMismatch",
+                    f"{volume_dir} is a {found.fstype} mount, not this plugin's tmpfs; "
+                    "not removing",
+                    ErrorClass.UNCERTAIN,
+                )
+            mounts.umount(volume_dir)
+        raise PathInUseError(volume_dir, f"more than {MAX_STACKED} stacked mounts")
+
+    def _tear_down_keeping(self, volume_dir: Path) -> str | None:
+        """A volume the log did not create: files stay (and a tmpfs holding any stays mounted)."""
+        found = mounts.find_mount(volume_dir)
+        if found is not None and found.fstype == "tmpfs":
+            held = first_kept(self.layout, volume_dir)
+            if held is not None:
+                return f"the tmpfs at {volume_dir} stays mounted: it holds {held.text()}"
+            mounts.umount(volume_dir)
+        removal = remove_dirs(self.layout, volume_dir)
+        return None if removal.gone else removal.summary(KEPT_OWNER)
+
+
+class ConfigMapPlugin(ObjectVolumePlugin):
+    """kubernetes.io/configmap: a ConfigMap's keys as files, on the node's disk."""
+
+    name = CONFIG_MAP_PLUGIN
+    memory = False
+
+
+class SecretPlugin(ObjectVolumePlugin):
+    """kubernetes.io/secret: a Secret's values as files, on a tmpfs only."""
+
+    name = SECRET_PLUGIN
+
+
+class DownwardAPIPlugin(ObjectVolumePlugin):
+    """kubernetes.io/downward-api: the pod's metadata and resources as files."""
+
+    name = DOWNWARD_API_PLUGIN
+
+
+class ProjectedPlugin(ObjectVolumePlugin):
+    """kubernetes.io/projected: several sources (the service-account token) in one dir."""
+
+    name = PROJECTED_PLUGIN
+
+
+def object_plugins(layout: RootLayout, shared: ObjectVolumes) -> list[ObjectVolumePlugin]:
+    """The four plugins, sharing `shared`."""
+    return [
+        cls(layout, shared)
+        for cls in (ConfigMapPlugin, SecretPlugin, DownwardAPIPlugin, ProjectedPlugin)
+    ]

@@ -1,0 +1,61 @@
+"""Wiring of the configMap, secret, downwardAPI and projected plugins into `volfsm serve`.
+
+`register_object_plugins` registers the four plugins with their token
+source (``--token-command`` or the node-local signer, its key in
+``<data-dir>/tokens/signer.pem``, 0600) and node resources
+(``--node-allocatable`` over what the node has); `start_updates` hooks
+them to the engine's object store once there is one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from fractions import Fraction
+
+from volfsm.desired.quantity import parse_quantity
+from volfsm.engine import VolumeEngine
+from volfsm.node.layout import RootLayout
+from volfsm.plugins.catalog import PluginCatalog
+from volfsm.plugins.objectvol.certs import CertManager, LocalCA
+from volfsm.plugins.objectvol.downward import node_allocatable
+from volfsm.plugins.objectvol.plugin import ObjectVolumes, object_plugins
+from volfsm.plugins.objectvol.tokens import (
+    CommandTokenSource,
+    LocalSigner,
+    TokenManager,
+    TokenSource,
+)
+from volfsm.plugins.objectvol.updates import ObjectUpdates
+from volfsm.service.config import Settings
+
+SIGNER_KEY = "tokens/signer.pem"
+CA_KEY = "tokens/ca.pem"
+
+
+def token_source(s: Settings) -> TokenSource:
+    """The token command if one is set, else the node-local signer."""
+    if s.token_command:
+        return CommandTokenSource(s.token_command)
+    return LocalSigner(s.data_dir / SIGNER_KEY, issuer=f"volfsm-node-local:{s.node}")
+
+
+def register_object_plugins(
+    catalog: PluginCatalog, layout: RootLayout, s: Settings
+) -> ObjectVolumes:
+    """Register the four plugins; what they share (its store is set by `start_updates`)."""
+    allocatable: dict[str, Fraction] = node_allocatable(layout.root)
+    allocatable.update({k: parse_quantity(v) for k, v in s.node_allocatable.items()})
+    shared = ObjectVolumes(
+        tokens=TokenManager(token_source(s), max_ttl_s=s.token_max_ttl or None),
+        certs=CertManager(LocalCA(s.data_dir / CA_KEY, s.node)),
+        allocatable=allocatable,
+    )
+    for plugin in object_plugins(layout, shared):
+        catalog.register(plugin)
+    return shared
+
+
+def start_updates(engine: VolumeEngine, shared: ObjectVolumes) -> ObjectUpdates:
+    """Give the plugins the engine's store and remount on its changes and token refreshes."""
+    shared.store = engine.objects
+    return ObjectUpdates(engine.objects, engine, shared, asyncio.get_running_loop())

@@ -11,6 +11,8 @@ from typing import Any
 
 from events.types import VolumeSource
 from tests.helpers.csidriver import DriverProcess, create_volume
+from volfsm.desired.kinds import CSIDriver, CSIDriverSpec
+from volfsm.desired.meta import ObjectMeta
 from volfsm.node.layout import CSI_PLUGIN, RootLayout
 from volfsm.plugins.base import BLOCK, FILESYSTEM, VolumeRequest
 from volfsm.plugins.csi.plugin import CsiPlugin
@@ -29,6 +31,12 @@ def source(handle: str, driver: str = "csi.volfsm.dev", **fields: Any) -> Volume
     fields.setdefault("access_modes", ("ReadWriteOnce",))
     fields.setdefault("fs_type", "ext4")
     return VolumeSource(plugin=CSI_PLUGIN, driver=driver, volume_handle=handle, **fields)
+
+
+def csi_driver_object(plugin: CsiPlugin, **spec: Any) -> None:
+    """Give the plugin a CSIDriver object for its driver with `spec` (as `volfsm apply` would)."""
+    found = CSIDriver(metadata=ObjectMeta(name=plugin.driver), spec=CSIDriverSpec(**spec))
+    plugin.objects.lookup = lambda name: found if name == plugin.driver else None
 
 
 def request(

@@ -231,15 +231,18 @@ async def test_fs_group_goes_to_a_driver_with_volume_mount_group(
     assert leftovers(layout) == []
 
 
-async def test_fs_group_is_not_sent_to_a_driver_without_it(
+async def test_fs_group_is_applied_by_volfsm_for_a_driver_without_mount_group(
     driver: DriverProcess, plugin: CsiPlugin
 ) -> None:
+    """No VOLUME_MOUNT_GROUP: nothing is sent; ext4 + ReadWriteOnce under the default
+    fsGroupPolicy (no CSIDriver object): the kubelet's ownership pass runs after NodePublish."""
     handle = new_volume(driver, "vol-nogroup")
     dev_req = request(plugin, handle, fs_group=4321)
     pod_req = request(plugin, handle, pod_uid="pod-a", fs_group=4321)
     assert volume_capability(pod_req, plugin.caps).mount.volume_mount_group == ""
     await plugin.mount_device(dev_req)  # the driver refuses volume_mount_group it does not offer
     result = await plugin.set_up(pod_req)
-    assert "fsGroup 4321 not applied (driver lacks VOLUME_MOUNT_GROUP)" in result.detail
+    assert result.ownership.startswith("fsGroup 4321: ")
+    assert pod_req.mount_path is not None and pod_req.mount_path.stat().st_gid == 4321
     await plugin.tear_down(pod_req)
     await plugin.unmount_device(dev_req)

@@ -7,7 +7,14 @@ import stat
 from dataclasses import replace
 
 from tests.csiplugin.conftest import DRIVER, NODE, MakePlugin, StartDriver
-from tests.csiplugin.helpers import leftovers, new_volume, read_json, request, sha
+from tests.csiplugin.helpers import (
+    csi_driver_object,
+    leftovers,
+    new_volume,
+    read_json,
+    request,
+    sha,
+)
 from tests.csiplugin.hostile import HostileDriver
 from tests.helpers.csidriver import DriverProcess, leftovers_under, loops_of, mounts_at
 from volfsm.node.layout import RootLayout
@@ -175,6 +182,7 @@ async def test_inline_ephemeral_volume_is_published_without_staging(
     hostile: HostileDriver, make_plugin: MakePlugin, layout: RootLayout
 ) -> None:
     plugin = await make_plugin(hostile.endpoint)
+    csi_driver_object(plugin, volume_lifecycle_modes=("Persistent", "Ephemeral"))
     handle = "csi-" + sha("pod-a" + "scratch")
     dev_req = request(plugin, handle, spec_name="scratch", ephemeral=True)
     pod_req = request(

@@ -1,4 +1,4 @@
-"""The CSI Controller calls volfsm's tests need: create, delete, expand volumes."""
+"""The CSI Controller calls volfsm's tests need: create, delete, expand and validate volumes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from volfsm.csi.v1 import csi_pb2
 from volfsm.csidriver.capability import BLOCK, optional_field, parse_capability
 from volfsm.csidriver.config import Settings
-from volfsm.csidriver.errors import invalid_argument
+from volfsm.csidriver.errors import CsiError, invalid_argument
 from volfsm.csidriver.expand import filesystem_pending, grow
 from volfsm.csidriver.rpc import CallRunner
 from volfsm.csidriver.volumes import Volumes
@@ -62,6 +62,39 @@ class ControllerService:
     def _delete(self, request: Any) -> Any:
         self._volumes.delete(request.volume_id)
         return csi_pb2.DeleteVolumeResponse()
+
+    def ValidateVolumeCapabilities(self, request: Any, context: Any) -> Any:
+        """Confirm the capabilities if the volume can be used with every one of them.
+
+        The CSI spec's error table: no volume_id or no capabilities is
+        INVALID_ARGUMENT, an unknown volume NOT_FOUND; a capability the driver
+        does not support is an answer without ``confirmed``, with a message.
+        """
+        return self._runner.run(
+            "ValidateVolumeCapabilities",
+            request,
+            context,
+            lambda: self._validate(request),
+            volume_id=request.volume_id,
+            lock=True,
+        )
+
+    def _validate(self, request: Any) -> Any:
+        if not request.volume_capabilities:
+            raise invalid_argument("volume_capabilities is required")
+        self._volumes.get(request.volume_id)  # NOT_FOUND
+        for i, cap in enumerate(request.volume_capabilities):
+            try:
+                parse_capability(cap, f"volume_capabilities[{i}]", mount_group_allowed=True)
+            except CsiError as err:
+                return csi_pb2.ValidateVolumeCapabilitiesResponse(message=err.message)
+        confirmed = csi_pb2.ValidateVolumeCapabilitiesResponse.Confirmed(
+            volume_context=dict(request.volume_context),
+            volume_capabilities=list(request.volume_capabilities),
+            parameters=dict(request.parameters),
+            mutable_parameters=dict(request.mutable_parameters),
+        )
+        return csi_pb2.ValidateVolumeCapabilitiesResponse(confirmed=confirmed)
 
     def ControllerGetCapabilities(self, request: Any, context: Any) -> Any:
         """CREATE_DELETE_VOLUME and EXPAND_VOLUME."""

@@ -12,7 +12,11 @@ injected fault), ``end`` when its answer is ready, with the gRPC code name.
 A call that crashed the driver has a ``start`` and no ``end``. Lines are
 appended with one ``write`` each (O_APPEND), so a restarted driver, which
 has a new ``pid``, appends to the same file. No request field other than
-the volume id is written: secrets cannot end up here.
+the volume id is written, except that a NodePublishVolume start also has
+``context_keys`` (the volume context's key names) and ``pod_info`` (the
+values of the kubelet's pod keys, ``csi.storage.k8s.io/pod.*``,
+``serviceAccount.name`` and ``ephemeral``): secrets and tokens cannot end
+up here.
 """
 
 from __future__ import annotations
@@ -21,9 +25,21 @@ import json
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from loguru import logger
+
+POD_INFO_KEYS = frozenset(
+    {
+        "csi.storage.k8s.io/pod.name",
+        "csi.storage.k8s.io/pod.namespace",
+        "csi.storage.k8s.io/pod.uid",
+        "csi.storage.k8s.io/serviceAccount.name",
+        "csi.storage.k8s.io/ephemeral",
+    }
+)
+"""The kubelet's podInfoOnMount keys (never secret), written with their values."""
 
 
 class CallJournal:
@@ -34,9 +50,13 @@ class CallJournal:
         self._mutex = threading.Lock()
         self._pid = os.getpid()
 
-    def started(self, rpc: str, volume_id: str) -> None:
-        """A call arrived."""
-        self._write({"event": "start", "rpc": rpc, "volume_id": volume_id})
+    def started(self, rpc: str, volume_id: str, context: Mapping[str, str] | None = None) -> None:
+        """A call arrived (with a NodePublish's volume context: its keys and pod info)."""
+        fields: dict[str, object] = {"event": "start", "rpc": rpc, "volume_id": volume_id}
+        if context is not None:
+            fields["context_keys"] = sorted(context)
+            fields["pod_info"] = {k: v for k, v in sorted(context.items()) if k in POD_INFO_KEYS}
+        self._write(fields)
 
     def ended(self, rpc: str, volume_id: str, code: str, seconds: float) -> None:
         """A call is answered with `code` ("OK" or a gRPC code name)."""

@@ -22,6 +22,10 @@ from volfsm.csidriver.stats import volume_condition, volume_stats
 from volfsm.csidriver.volumes import Volumes
 
 RPC = csi_pb2.NodeServiceCapability.RPC
+EPHEMERAL_KEY = "csi.storage.k8s.io/ephemeral"
+"""The kubelet's volume context key (with podInfoOnMount): "true" for an inline volume."""
+SIZE_KEY = "size"
+"""An inline volume's attribute: its size in bytes, or with a Ki/Mi/Gi suffix."""
 
 
 def _unimplemented(rpc: str) -> CsiError:
@@ -78,13 +82,18 @@ class NodeService:
             staging = request.staging_target_path
             if staging:
                 staging = require_path(staging, "staging_target_path")
+            cap = self._cap(request)
+            if request.volume_context.get(EPHEMERAL_KEY) == "true":
+                self._volumes.create_ephemeral(
+                    request.volume_id, request.volume_context.get(SIZE_KEY, "")
+                )
             publish.publish(
                 self._volumes,
                 self._settings,
                 request.volume_id,
                 staging,
                 target,
-                self._cap(request),
+                cap,
                 bool(request.readonly),
             )
             return csi_pb2.NodePublishVolumeResponse()
@@ -121,8 +130,8 @@ class NodeService:
         """Grow file, loop device and filesystem of a staged or published volume."""
 
         def work() -> Any:
+            record = self._volumes.get(request.volume_id)  # NOT_FOUND before the path's checks
             path = require_path(request.volume_path, "volume_path")
-            record = self._volumes.get(request.volume_id)
             if record.staged is not None and record.staged.path == path:
                 access = record.staged.access
             elif path in record.published:

@@ -81,8 +81,13 @@ def publish(
     cap: Capability,
     readonly: bool,
 ) -> None:
-    """Make the volume available at target. Idempotent for the same arguments."""
+    """Make the volume available at target. Idempotent for the same arguments.
+
+    An ephemeral (inline) volume is never staged: its filesystem is mounted at
+    the target directly.
+    """
     record = volumes.get(volume_id)
+    staged = settings.stage_unstage and not record.ephemeral
     readonly = readonly or cap.mode in READER_MODES
     wanted = Publication(
         target=target,
@@ -95,24 +100,24 @@ def publish(
     existing = record.published.get(target)
     if existing is not None and existing != wanted:
         raise already_exists(f"volume {volume_id} is published at {target} with other arguments")
-    if settings.stage_unstage:
+    if staged:
         _check_staged(record, staging_path, cap)
     image = volumes.image(record)
     devices = loopdev.find(image)
     _check_other_targets(settings, record, target, cap, devices)
     if not os.path.isdir(os.path.dirname(target)):
         raise failed_precondition(f"the parent directory of target_path {target} does not exist")
-    if settings.stage_unstage and not devices:
+    if staged and not devices:
         raise failed_precondition(f"volume {volume_id} is staged but has no loop device")
     device = devices[0] if devices else loopdev.ensure_attached(image)
     record.loop_device = device
-    if cap.access == MOUNT and settings.stage_unstage:
+    if cap.access == MOUNT and staged:
         staged_top = top_mount(staging_path)
         if staged_top is None or not belongs(staged_top, [device]):
             raise failed_precondition(f"volume {volume_id} is not mounted at {staging_path}")
     created = _make_target(target, cap.access)
     try:
-        _mount_target(volumes, settings, record, device, wanted, cap)
+        _mount_target(volumes, staged, record, device, wanted, cap)
     except Exception:
         if created and top_mount(target) is None:
             _remove_target(target)
@@ -123,7 +128,7 @@ def publish(
 
 def _mount_target(
     volumes: Volumes,
-    settings: Settings,
+    staged: bool,
     record: VolumeRecord,
     device: str,
     pub: Publication,
@@ -137,7 +142,7 @@ def _mount_target(
         raise failed_precondition(f"{pub.target} is already a mount point of {top.source}")
     if cap.access != MOUNT:
         mounts.bind(device, pub.target, readonly=pub.readonly)
-    elif settings.stage_unstage:
+    elif staged:
         mounts.bind(pub.staging_path, pub.target, readonly=pub.readonly)
     else:
         mount_filesystem(volumes, record, device, pub.target, cap, readonly=pub.readonly)
@@ -168,6 +173,10 @@ def unpublish(volumes: Volumes, settings: Settings, volume_id: str, target: str)
     if top_mount(target) is None:
         _remove_target(target)
     record.published.pop(target, None)
-    if not settings.stage_unstage and not record.published:
-        detach_if_unused(volumes, record)
+    if (not settings.stage_unstage or record.ephemeral) and not record.published:
+        busy = detach_if_unused(volumes, record)
+        if record.ephemeral and not busy:
+            volumes.save(record)
+            volumes.delete(volume_id)  # an inline volume lives as long as its one publication
+            return
     volumes.save(record)

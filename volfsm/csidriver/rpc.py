@@ -67,7 +67,10 @@ class CallRunner:
         """
         started = time.monotonic()
         logger.debug("{} request {}", rpc, redact(request))
-        self._journal.started(rpc, volume_id)
+        context_of = (
+            getattr(request, "volume_context", None) if rpc == "NodePublishVolume" else None
+        )
+        self._journal.started(rpc, volume_id, dict(context_of) if context_of is not None else None)
         try:
             if lock and not volume_id:
                 raise CsiError(grpc.StatusCode.INVALID_ARGUMENT, f"{key_field} is required")

@@ -54,6 +54,8 @@ class VolumeRecord:
     fs_grown_to: int = 0
     staged: Staging | None = None
     published: dict[str, Publication] = field(default_factory=dict)
+    ephemeral: bool = False
+    """Made by NodePublish for an inline volume; deleted by its last NodeUnpublish."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -72,6 +74,7 @@ class VolumeRecord:
             fs_grown_to=int(data.get("fs_grown_to", 0)),
             staged=Staging(**staged) if staged else None,
             published={str(k): Publication(**v) for k, v in published.items()},
+            ephemeral=bool(data.get("ephemeral", False)),
         )
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,24 @@ from volfsm.csidriver import loopdev, mounts
 from volfsm.csidriver.capability import fits, wanted_size
 from volfsm.csidriver.errors import already_exists, failed_precondition, invalid_argument, not_found
 from volfsm.csidriver.state import VOLUME_ID, StateStore, VolumeRecord
+
+_UNITS = {"": 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+
+
+@dataclass(frozen=True)
+class _Range:
+    """A CapacityRange stand-in: the size an inline volume asks for."""
+
+    required_bytes: int
+    limit_bytes: int = 0
+
+
+def parse_size(text: str) -> int:
+    """An inline volume's ``size`` attribute: bytes, or a number with Ki, Mi or Gi."""
+    match = re.fullmatch(r"([0-9]+)(Ki|Mi|Gi)?", text.strip())
+    if match is None:
+        raise invalid_argument(f"size {text!r} must be bytes or a number with Ki, Mi or Gi")
+    return int(match.group(1)) * _UNITS[match.group(2) or ""]
 
 
 def belongs(entry: mounts.MountEntry, devices: list[str]) -> bool:
@@ -76,6 +96,20 @@ class Volumes:
         record = VolumeRecord(volume_id=name, capacity_bytes=size)
         self.store.save(record)
         return record, True
+
+    def create_ephemeral(self, volume_id: str, size: str) -> VolumeRecord:
+        """The inline volume `volume_id` (made on its first NodePublish, `size` as in the
+        pod's volumeAttributes, else the default size). INVALID_ARGUMENT for a bad size."""
+        existing = self.store.load(volume_id)
+        if existing is not None:
+            if not existing.ephemeral:
+                raise already_exists(f"volume {volume_id!r} exists and is not an inline volume")
+            return existing
+        size_bytes = parse_size(size) if size else self.default_size
+        record, _ = self.create(volume_id, _Range(size_bytes))
+        record.ephemeral = True
+        self.save(record)
+        return record
 
     def delete(self, volume_id: str) -> bool:
         """Delete the volume if it exists and is not in use; return whether it existed."""

@@ -267,6 +267,90 @@ class ControllerServiceCapability(_message.Message):
     rpc: ControllerServiceCapability.RPC
     def __init__(self, rpc: _Optional[_Union[ControllerServiceCapability.RPC, _Mapping]] = ...) -> None: ...
 
+class ValidateVolumeCapabilitiesRequest(_message.Message):
+    __slots__ = ("volume_id", "volume_context", "volume_capabilities", "parameters", "secrets", "mutable_parameters")
+    class VolumeContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class ParametersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class SecretsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class MutableParametersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    VOLUME_ID_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
+    MUTABLE_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    volume_id: str
+    volume_context: _containers.ScalarMap[str, str]
+    volume_capabilities: _containers.RepeatedCompositeFieldContainer[VolumeCapability]
+    parameters: _containers.ScalarMap[str, str]
+    secrets: _containers.ScalarMap[str, str]
+    mutable_parameters: _containers.ScalarMap[str, str]
+    def __init__(self, volume_id: _Optional[str] = ..., volume_context: _Optional[_Mapping[str, str]] = ..., volume_capabilities: _Optional[_Iterable[_Union[VolumeCapability, _Mapping]]] = ..., parameters: _Optional[_Mapping[str, str]] = ..., secrets: _Optional[_Mapping[str, str]] = ..., mutable_parameters: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ValidateVolumeCapabilitiesResponse(_message.Message):
+    __slots__ = ("confirmed", "message")
+    class Confirmed(_message.Message):
+        __slots__ = ("volume_context", "volume_capabilities", "parameters", "mutable_parameters")
+        class VolumeContextEntry(_message.Message):
+            __slots__ = ("key", "value")
+            KEY_FIELD_NUMBER: _ClassVar[int]
+            VALUE_FIELD_NUMBER: _ClassVar[int]
+            key: str
+            value: str
+            def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+        class ParametersEntry(_message.Message):
+            __slots__ = ("key", "value")
+            KEY_FIELD_NUMBER: _ClassVar[int]
+            VALUE_FIELD_NUMBER: _ClassVar[int]
+            key: str
+            value: str
+            def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+        class MutableParametersEntry(_message.Message):
+            __slots__ = ("key", "value")
+            KEY_FIELD_NUMBER: _ClassVar[int]
+            VALUE_FIELD_NUMBER: _ClassVar[int]
+            key: str
+            value: str
+            def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+        VOLUME_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+        VOLUME_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+        PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+        MUTABLE_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+        volume_context: _containers.ScalarMap[str, str]
+        volume_capabilities: _containers.RepeatedCompositeFieldContainer[VolumeCapability]
+        parameters: _containers.ScalarMap[str, str]
+        mutable_parameters: _containers.ScalarMap[str, str]
+        def __init__(self, volume_context: _Optional[_Mapping[str, str]] = ..., volume_capabilities: _Optional[_Iterable[_Union[VolumeCapability, _Mapping]]] = ..., parameters: _Optional[_Mapping[str, str]] = ..., mutable_parameters: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    CONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    confirmed: ValidateVolumeCapabilitiesResponse.Confirmed
+    message: str
+    def __init__(self, confirmed: _Optional[_Union[ValidateVolumeCapabilitiesResponse.Confirmed, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
+
 class ControllerExpandVolumeRequest(_message.Message):
     __slots__ = ("volume_id", "capacity_range", "secrets", "volume_capability")
     class SecretsEntry(_message.Message):

@@ -216,6 +216,11 @@ class ControllerStub:
                 request_serializer=csi__pb2.ControllerExpandVolumeRequest.SerializeToString,
                 response_deserializer=csi__pb2.ControllerExpandVolumeResponse.FromString,
                 _registered_method=True)
+        self.ValidateVolumeCapabilities = channel.unary_unary(
+                '/csi.v1.Controller/ValidateVolumeCapabilities',
+                request_serializer=csi__pb2.ValidateVolumeCapabilitiesRequest.SerializeToString,
+                response_deserializer=csi__pb2.ValidateVolumeCapabilitiesResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -246,6 +251,12 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ValidateVolumeCapabilities(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -268,6 +279,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ControllerExpandVolume,
                     request_deserializer=csi__pb2.ControllerExpandVolumeRequest.FromString,
                     response_serializer=csi__pb2.ControllerExpandVolumeResponse.SerializeToString,
+            ),
+            'ValidateVolumeCapabilities': grpc.unary_unary_rpc_method_handler(
+                    servicer.ValidateVolumeCapabilities,
+                    request_deserializer=csi__pb2.ValidateVolumeCapabilitiesRequest.FromString,
+                    response_serializer=csi__pb2.ValidateVolumeCapabilitiesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -379,6 +395,33 @@ class Controller:
             '/csi.v1.Controller/ControllerExpandVolume',
             csi__pb2.ControllerExpandVolumeRequest.SerializeToString,
             csi__pb2.ControllerExpandVolumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ValidateVolumeCapabilities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/csi.v1.Controller/ValidateVolumeCapabilities',
+            csi__pb2.ValidateVolumeCapabilitiesRequest.SerializeToString,
+            csi__pb2.ValidateVolumeCapabilitiesResponse.FromString,
             options,
             channel_credentials,
             insecure,

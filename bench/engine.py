@@ -13,12 +13,17 @@ human line per figure and, last, one JSON object.
   every 100 ms).
 * reaction_ms_p50 / _p99: `apply` of one pod to its first OperationStarted
   being durable (two fsynced appends: PodAdded, then OperationStarted).
+* object_update_ms_p50 / _p99: a ConfigMap changed by `apply` until every
+  one of 100 pods mounting it has its files rewritten (bench/objectupdate.py).
 * mounts_per_s: pod-volumes mounted end to end per second (apply of pods to
   every volume Mounted) with an instant plugin: attachable and
   device-mountable CSI volumes, so each mount is wait-for-attach, attach,
   stage, publish - five durable events each.
 * rss_mb_100k: resident memory of a process whose engine holds 100,000
   Mounted pod-volumes (log folded at start); start_s_100k: that fold.
+* fsgroup_files_per_s: the fsGroup ownership pass (volfsm.node.ownership)
+  over a tree of 100,000 files; fsgroup_ratio: its time over ``chown -R`` +
+  ``chmod -R g+rwX`` of an identical tree in the same run (bench/fsgroup.py).
 
 The 10k/100k engines are populated by writing the events a mount would
 write straight to a log, then starting an engine on it, each in a child
@@ -43,6 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from fsgroup import fsgroup  # noqa: E402
+from objectupdate import object_update, summary  # noqa: E402
 from workdir import scratch  # noqa: E402
 
 from events.log import ANY_VERSION, EventLog  # noqa: E402
@@ -369,11 +376,25 @@ def main() -> None:
         f"reaction apply -> OperationStarted: p50 {statistics.median(react):.2f} ms, "
         f"p99 {q[98]:.2f} ms over {len(react)} pods"
     )
+    updated = summary(asyncio.run(object_update(100, 10 if args.quick else 30)))
+    result["object_update_ms_p50"] = round(updated["object_update_ms_p50"], 2)
+    result["object_update_ms_p99"] = round(updated["object_update_ms_p99"], 2)
+    print(
+        f"object update ConfigMap change -> all 100 pods rewritten: p50 "
+        f"{updated['object_update_ms_p50']:.2f} ms, p99 {updated['object_update_ms_p99']:.2f} ms"
+    )
     m = asyncio.run(mounts(400 if args.quick else 2000, 5))
     result["mounts_per_s"] = round(m["mounts_per_s"], 1)
     print(
         f"mounts: {m['mounts_per_s']:.0f} pod-volumes/s end to end "
         f"({m['elapsed_s']:.2f} s, {m['events']:.0f} events in the log)"
+    )
+    owned = fsgroup(20_000 if args.quick else 100_000)
+    result["fsgroup_files_per_s"] = round(owned["fsgroup_files_per_s"])
+    result["fsgroup_ratio"] = round(owned["fsgroup_ratio"], 2)
+    print(
+        f"fsGroup pass: {owned['fsgroup_files_per_s']:.0f} files/s ({owned['fsgroup_s']:.2f} s; "
+        f"chown -R + chmod -R {owned['fsgroup_tools_s']:.2f} s, ratio {owned['fsgroup_ratio']:.2f})"
     )
     result["targets"] = {
         "reconcile_idle_ms_10k<=10": result["reconcile_idle_ms_10k"] <= 10,
@@ -382,8 +403,10 @@ def main() -> None:
         "full_pass_ms_10k<=10": result["full_pass_ms_10k"] <= 10,
         "full_pass_ms_100k<=12x10k": result["full_pass_ms_100k"] <= 12 * result["full_pass_ms_10k"],
         "reaction_ms_p50<=10": result["reaction_ms_p50"] <= 10,
+        "object_update_ms_p50<=50": result["object_update_ms_p50"] <= 50,
         "mounts_per_s>=2000": result["mounts_per_s"] >= 2000,
         "rss_mb_100k<=400": result["rss_mb_100k"] <= 400,
+        "fsgroup_ratio<=1.5": result["fsgroup_ratio"] <= 1.5,
     }
     print(json.dumps(result))
 

@@ -36,6 +36,9 @@ class VolumeSource(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     access_modes: tuple[str, ...] = ()
     medium: str = ""
     size_limit_bytes: int | None = None
+    path: str = ""  # hostPath / local: the path on the node
+    pod_memory_limit_bytes: int | None = None  # emptyDir Memory: the pod's memory limit, if any
+    path_type: str = ""  # hostPath: its type ("" = no check)
     node_stage_secret_ref: str = ""  # "namespace/name" of the Secret; volfsm never reads it
     node_publish_secret_ref: str = ""
 
@@ -52,6 +55,8 @@ class DesiredVolume(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     size_bytes: int | None = None
     read_only: bool = False
     claim_read_only: bool = False  # the pod's persistentVolumeClaim.readOnly as written
+    fs_group: int | None = None  # the pod's securityContext.fsGroup
+    fs_group_change_policy: str = ""  # its fsGroupChangePolicy ("" = Always)
     claim_capacity_bytes: int | None = None
     """The claim's status.capacity.storage when the pod was added (None: the claim had none).
 
@@ -60,7 +65,7 @@ class DesiredVolume(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     """
 
 
-class PodAdded(Body, frozen=True, kw_only=True):
+class PodAdded(Body, frozen=True, kw_only=True, omit_defaults=True):
     """A pod was added to the desired state with these volumes."""
 
     KIND = "desired"
@@ -68,6 +73,7 @@ class PodAdded(Body, frozen=True, kw_only=True):
     namespace: str
     name: str
     volumes: tuple[DesiredVolume, ...] = ()
+    service_account: str = ""  # spec.serviceAccountName ("" in logs written before it was kept)
 
 
 class PodRemoved(Body, frozen=True, kw_only=True):
@@ -213,7 +219,7 @@ class VolumeResized(Body, frozen=True, kw_only=True):
 # Pod-volume transitions (stream "podvol/<pod_uid>/<volume_name>")
 
 
-class VolumeMounted(Body, frozen=True, kw_only=True):
+class VolumeMounted(Body, frozen=True, kw_only=True, omit_defaults=True):
     """NodePublish / SetUp / MapPodDevice succeeded for this pod."""
 
     KIND = "podvol"
@@ -222,6 +228,12 @@ class VolumeMounted(Body, frozen=True, kw_only=True):
     volume_name: str
     mount_path: str = ""
     mount_found: bool | None = None
+    ownership: str = ""
+    """What the fsGroup ownership pass did and how long it took ("" if none ran)."""
+    ownership_s: float = 0.0
+    contents: str = ""
+    """Which object versions a configMap/secret/downwardAPI/projected volume's files came
+    from ("written: ConfigMap default/app uid=... rv=3 sha256:..."), never a value."""
 
 
 class VolumeMountUncertain(Body, frozen=True, kw_only=True):

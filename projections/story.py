@@ -476,6 +476,8 @@ class Story:
             detail = f"mounted at {body.mount_path}" if body.mount_path else "mounted"
             if body.mount_found is False:
                 detail += " (but no mount found there)"
+            if body.contents:
+                detail += f"; files {body.contents}"  # which object versions, never a value
         elif isinstance(body, VolumeMountUncertain):
             detail = body.reason + (" (reconstructed)" if body.reconstructed else "")
         elif isinstance(body, VolumeUnmounted):

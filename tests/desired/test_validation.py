@@ -129,7 +129,6 @@ UNSERVED = [
     {"name": "share", "nfs": {"server": "nfs.example.com", "path": "/export"}},
     {"name": "creds", "secret": {"secretName": "db"}},
     {"name": "conf", "configMap": {"name": "app"}},
-    {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
     {"name": "disk", "gcePersistentDisk": {"pdName": "d"}},
 ]
 
@@ -139,7 +138,7 @@ def test_every_unserved_volume_source_is_named_in_one_line(dsw: DesiredStateOfWo
     message = rejected(dsw, [obj], "Pod default/web: spec.volumes", "no volume plugin")
     assert message == (
         "Pod default/web: spec.volumes: no volume plugin on this node serves host (hostPath), "
-        "share (nfs), creds (secret), conf (configMap), tmp (ephemeral), "
+        "share (nfs), creds (secret), conf (configMap), "
         "disk (gcePersistentDisk)"
     )
 
@@ -331,9 +330,9 @@ def test_volume_mode_the_plugin_cannot_serve(dsw: DesiredStateOfWorld) -> None:
 
 def test_volume_without_csi(dsw: DesiredStateOfWorld) -> None:
     obj = pv()
-    obj["spec"]["hostPath"] = {"path": "/srv"}
+    obj["spec"]["nfs"] = {"server": "nfs.example", "path": "/srv"}
     del obj["spec"]["csi"]
-    rejected(dsw, [obj], "PersistentVolume pv-data: spec.csi", "only CSI")
+    rejected(dsw, [obj], "PersistentVolume pv-data: spec.csi", "only CSI, hostPath and local")
 
 
 def test_volume_without_capacity(dsw: DesiredStateOfWorld) -> None:
@@ -375,7 +374,7 @@ def test_volume_shrink_is_rejected_against_desired_size_after_restart(
 
 
 def test_volume_source_is_immutable(seeded: DesiredStateOfWorld) -> None:
-    rejected(seeded, [pv(handle="vol-other")], "PersistentVolume pv-data: spec.csi", "immutable")
+    rejected(seeded, [pv(handle="vol-other")], "PersistentVolume pv-data: spec", "immutable")
 
 
 def test_volume_mode_is_immutable(seeded: DesiredStateOfWorld) -> None:

@@ -128,6 +128,7 @@ SERVICE_FAMILIES = {
     "volfsm_operation_errors": "counter",
     "storage_operation_duration_seconds": "histogram",
     "volfsm_commands": "counter",
+    "volfsm_volume_content_writes": "counter",  # object volumes' (re)writes, issue #14
 }
 """Every family /metrics of `volfsm serve` exposed before prometheus_client (parser names:
 a counter's family has no `_total`, its samples do)."""

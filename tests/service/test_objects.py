@@ -230,7 +230,7 @@ def test_every_problem_of_a_pod_is_reported_at_once_and_nothing_applied(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: broken}\nspec:\n  volumes:\n"
         "  - {name: a, persistentVolumeClaim: {claimName: nope}}\n"
         "  - {name: b, configMap: {name: app, defaultMode: 01000}}\n"
-        "  - {name: c, hostPath: {path: /srv}}\n"
+        "  - {name: c, nfs: {server: nfs.example.com, path: /export}}\n"
         "  - {name: d, emptyDir: {sizeLimit: lots}}\n"
     )
     code, _, err = cli(svc, "apply", "-f", str(bad))
@@ -245,7 +245,7 @@ def test_every_problem_of_a_pod_is_reported_at_once_and_nothing_applied(
         "spec.volumes[0].persistentVolumeClaim.claimName",
         "spec.volumes",
     ]
-    assert lines[-1].endswith("no volume plugin on this node serves c (hostPath)")
+    assert lines[-1].endswith("no volume plugin on this node serves c (nfs)")
     assert "would-be-applied" not in {item["name"] for item in listed(svc, "configmaps")}
 
 

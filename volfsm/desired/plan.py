@@ -536,10 +536,11 @@ def _data_of(obj: ConfigMap | Secret) -> object:
 
 def _check_pv(pv: PersistentVolume, view: DesiredView, can_serve: CanServe) -> None:
     csi = pv.spec.csi
-    assert csi is not None
     old = view.persistent_volume(pv.metadata.name)
     size = pv_size_bytes(pv)
-    if old is not None and old.spec.csi is not None:
+    if old is not None and pv_volume_id(old) != pv_volume_id(pv):
+        raise InvalidObjectError("spec", "the volume source is immutable after creation")
+    if csi is not None and old is not None and old.spec.csi is not None:
         if _immutable_csi(old) != _immutable_csi(pv):
             raise InvalidObjectError("spec.csi", "is immutable after creation")
         if old.spec.volume_mode != pv.spec.volume_mode:
@@ -561,8 +562,9 @@ def _check_pv(pv: PersistentVolume, view: DesiredView, can_serve: CanServe) -> N
         )
     refused = can_serve(pv_source(pv), pv.spec.volume_mode)
     if refused is not None:
+        served_by = f"driver {csi.driver}" if csi is not None else "hostPath"
         raise InvalidObjectError(
-            "spec.volumeMode", f"{refused} (driver {csi.driver}, volumeMode {pv.spec.volume_mode})"
+            "spec.volumeMode", f"{refused} ({served_by}, volumeMode {pv.spec.volume_mode})"
         )
 
 

@@ -9,12 +9,16 @@ pod-scoped. An inline CSI volume gets the kubelet's generated handle
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Collection
 from typing import Protocol
+
+import msgspec
 
 from events.types import DesiredVolume, PodAdded, VolumeSource
 from volfsm.desired.errors import InvalidObjectError, Problems
 from volfsm.desired.objects import (
+    Container,
     PersistentVolume,
     PersistentVolumeClaim,
     Pod,
@@ -22,10 +26,12 @@ from volfsm.desired.objects import (
     Volume,
 )
 from volfsm.desired.validate import claim_capacity_bytes, parse_size, pv_size_bytes
-from volfsm.desired.volumes import SOURCES
+from volfsm.desired.volumes import SOURCES, PersistentVolumeClaimVolumeSource
 
 PLUGIN_CSI = "kubernetes.io/csi"
 PLUGIN_EMPTY_DIR = "kubernetes.io/empty-dir"
+PLUGIN_HOST_PATH = "kubernetes.io/host-path"
+PLUGIN_LOCAL = "kubernetes.io/local-volume"
 
 CanServe = Callable[[VolumeSource, str], str | None]
 """(source, volume mode) -> None if a plugin can serve it, else why not."""
@@ -58,14 +64,23 @@ def empty_dir_volume_id(pod_uid: str, volume_name: str) -> str:
     return f"{PLUGIN_EMPTY_DIR}/{pod_uid}-{volume_name}"
 
 
+def host_path_volume_id(path: str) -> str:
+    """Unique name of a hostPath PV: its path (kubelet's GetVolumeName); a pod's own
+    hostPath volumes are pod-scoped (a pod may name one path twice)."""
+    return f"{PLUGIN_HOST_PATH}/{path}"
+
+
 def ephemeral_volume_handle(pod_uid: str, volume_name: str) -> str:
     """The handle the kubelet generates for an inline CSI volume."""
     return "csi-" + hashlib.sha256((pod_uid + volume_name).encode()).hexdigest()
 
 
 def pv_volume_id(pv: PersistentVolume) -> str:
-    """Unique name of a (validated, CSI) PV."""
-    assert pv.spec.csi is not None
+    """Unique name of a (validated) PV: CSI's driver and handle, a hostPath's path."""
+    if pv.spec.local is not None:
+        return f"{PLUGIN_LOCAL}/{pv.metadata.name}"  # the kubelet names local volumes by PV
+    if pv.spec.csi is None:
+        return host_path_volume_id(str((pv.spec.host_path or {}).get("path", "")))
     return csi_volume_id(pv.spec.csi.driver, pv.spec.csi.volume_handle)
 
 
@@ -78,9 +93,25 @@ def secret_ref(ref: SecretReference | None, default_namespace: str = "") -> str:
 
 
 def pv_source(pv: PersistentVolume) -> VolumeSource:
-    """What the CSI plugin needs from a (validated) PV."""
+    """What the plugin needs from a (validated) PV: CSI, or a hostPath."""
     csi = pv.spec.csi
-    assert csi is not None
+    if pv.spec.local is not None:
+        return VolumeSource(
+            plugin=PLUGIN_LOCAL,
+            path=pv.spec.local.path,
+            fs_type=pv.spec.local.fs_type,
+            mount_options=tuple(pv.spec.mount_options),
+            access_modes=tuple(pv.spec.access_modes),
+            attributes={"nodeAffinity": json.dumps(pv.spec.node_affinity or {}, sort_keys=True)},
+        )
+    if csi is None:
+        host_path = pv.spec.host_path or {}
+        return VolumeSource(
+            plugin=PLUGIN_HOST_PATH,
+            path=str(host_path.get("path", "")),
+            path_type=str(host_path.get("type") or ""),
+            access_modes=tuple(pv.spec.access_modes),
+        )
     return VolumeSource(
         plugin=PLUGIN_CSI,
         driver=csi.driver,
@@ -143,7 +174,7 @@ def _resolve_claim(
     refused = can_serve(source, mode)
     if refused is not None:
         raise InvalidObjectError(field, f"{pv.label} (volumeMode {mode}): {refused}")
-    assert pv.spec.csi is not None
+    pv_read_only = pv.spec.csi.read_only if pv.spec.csi is not None else False
     return DesiredVolume(
         name=volume.name,
         volume_id=pv_volume_id(pv),
@@ -152,10 +183,42 @@ def _resolve_claim(
         pv_name=pv.metadata.name,
         claim_name=src.claim_name,
         size_bytes=pv_size_bytes(pv),
-        read_only=src.read_only or pv.spec.csi.read_only,
+        read_only=src.read_only or pv_read_only,
         claim_read_only=src.read_only,
         claim_capacity_bytes=claim_capacity_bytes(pvc),
     )
+
+
+def ephemeral_claim_name(pod: Pod, volume: Volume) -> str:
+    """The claim of a generic ephemeral volume: ``<pod name>-<volume name>``."""
+    return f"{pod.metadata.name}-{volume.name}"
+
+
+def _resolve_ephemeral(
+    pod: Pod, volume: Volume, path: str, lookup: ObjectLookup, can_serve: CanServe
+) -> DesiredVolume:
+    """A generic ephemeral volume: the claim ``<pod>-<volume>``, which must be controlled
+    by this pod (the kubelet's VolumeIsForPod), used as a persistentVolumeClaim."""
+    ns, claim_name = pod.metadata.ns, ephemeral_claim_name(pod, volume)
+    pvc = lookup.claim(ns, claim_name)
+    field = f"{path}.ephemeral"
+    if pvc is None:
+        raise InvalidObjectError(
+            field,
+            f"waiting for PersistentVolumeClaim {ns}/{claim_name}, which the ephemeral volume "
+            "controller makes from volumeClaimTemplate: apply it (with an ownerReference to "
+            "this pod's uid, controller: true), then the pod",
+        )
+    owners = [o.uid for o in pvc.metadata.owner_references if o.controller]
+    if pod.metadata.uid not in owners:
+        raise InvalidObjectError(
+            field,
+            f"PVC {ns}/{claim_name} was not created for pod {ns}/{pod.metadata.name} "
+            "(pod is not owner)",
+        )
+    claim = PersistentVolumeClaimVolumeSource(claim_name=claim_name)
+    as_claim = msgspec.structs.replace(volume, ephemeral=None, persistent_volume_claim=claim)
+    return _resolve_claim(pod, as_claim, path, lookup, can_serve)
 
 
 def _resolve_inline(pod: Pod, volume: Volume, path: str, can_serve: CanServe) -> DesiredVolume:
@@ -179,7 +242,10 @@ def _resolve_inline(pod: Pod, volume: Volume, path: str, can_serve: CanServe) ->
         if empty.size_limit is not None:
             size_limit = parse_size(f"{path}.emptyDir.sizeLimit", empty.size_limit)
         source = VolumeSource(
-            plugin=PLUGIN_EMPTY_DIR, medium=empty.medium, size_limit_bytes=size_limit
+            plugin=PLUGIN_EMPTY_DIR,
+            medium=empty.medium,
+            size_limit_bytes=size_limit,
+            pod_memory_limit_bytes=pod_memory_limit(pod) if empty.medium == "Memory" else None,
         )
         volume_id = empty_dir_volume_id(uid, volume.name)
         field, read_only = f"{path}.emptyDir", False
@@ -187,6 +253,44 @@ def _resolve_inline(pod: Pod, volume: Volume, path: str, can_serve: CanServe) ->
     if refused is not None:
         raise InvalidObjectError(field, refused)
     return DesiredVolume(name=volume.name, volume_id=volume_id, source=source, read_only=read_only)
+
+
+def _resolve_host_path(
+    pod: Pod, volume: Volume, path: str, can_serve: CanServe, unsupported: list[str]
+) -> DesiredVolume | None:
+    """A pod's hostPath: the path and its type (None, and named in `unsupported`, when no
+    plugin serves hostPath)."""
+    host_path = volume.host_path
+    assert host_path is not None
+    if can_serve(VolumeSource(plugin=PLUGIN_HOST_PATH), "Filesystem") is not None:
+        unsupported.append(f"{volume.name} (hostPath)")
+        return None
+    source = VolumeSource(
+        plugin=PLUGIN_HOST_PATH, path=host_path.path, path_type=host_path.type or ""
+    )
+    refused = can_serve(source, "Filesystem")
+    if refused is not None:
+        raise InvalidObjectError(f"{path}.hostPath", refused)
+    volume_id = f"{PLUGIN_HOST_PATH}/{pod.metadata.uid}-{volume.name}"  # one pod's, as emptyDir
+    return DesiredVolume(name=volume.name, volume_id=volume_id, source=source)
+
+
+def pod_memory_limit(pod: Pod) -> int | None:
+    """The pod's memory limit as the kubelet's pod cgroup has it: the larger of the sum of
+    its containers' limits and its largest init container's; None if any container has
+    none (the pod is then unbounded). Pod overhead is not known to volfsm."""
+
+    def limit(container: Container) -> int | None:
+        limits = container.resources.limits if container.resources is not None else {}
+        value = limits.get("memory")
+        return parse_size("resources.limits.memory", str(value)) if value is not None else None
+
+    regular = [limit(c) for c in pod.spec.containers]
+    init = [limit(c) for c in pod.spec.init_containers]
+    if not regular or None in regular or None in init:
+        return None
+    total = sum(v for v in regular if v is not None)
+    return max([total, *(v for v in init if v is not None)])
 
 
 def _resolve_other(
@@ -205,6 +309,18 @@ def _resolve_other(
         return None
     volume_id = f"{plugin}/{pod.metadata.uid}-{volume.name}"
     return DesiredVolume(name=volume.name, volume_id=volume_id, source=source)
+
+
+def _with_fs_group(pod: Pod, volume: DesiredVolume) -> DesiredVolume:
+    """`volume` with the pod's fsGroup and fsGroupChangePolicy (plugins decide if they apply)."""
+    context = pod.spec.security_context
+    if context is None or context.fs_group is None:
+        return volume
+    return msgspec.structs.replace(
+        volume,
+        fs_group=context.fs_group,
+        fs_group_change_policy=context.fs_group_change_policy or "",
+    )
 
 
 def resolve_pod(
@@ -228,8 +344,12 @@ def resolve_pod(
         with problems.check():
             if volume.persistent_volume_claim is not None:
                 desired = _resolve_claim(pod, volume, path, lookup, can_serve)
+            elif volume.ephemeral is not None:
+                desired = _resolve_ephemeral(pod, volume, path, lookup, can_serve)
             elif volume.csi is not None or volume.empty_dir is not None:
                 desired = _resolve_inline(pod, volume, path, can_serve)
+            elif volume.host_path is not None:
+                desired = _resolve_host_path(pod, volume, path, can_serve, unsupported)
             else:
                 desired = _resolve_other(pod, volume, can_serve, unsupported)
         if desired is None:
@@ -244,7 +364,7 @@ def resolve_pod(
             )
             continue
         used_by[desired.volume_id] = index
-        volumes.append(desired)
+        volumes.append(_with_fs_group(pod, desired))
     if unsupported:
         problems.add(
             InvalidObjectError(
@@ -254,7 +374,13 @@ def resolve_pod(
         )
     problems.raise_if_any()
     meta = pod.metadata
-    return PodAdded(pod_uid=meta.uid, namespace=meta.ns, name=meta.name, volumes=tuple(volumes))
+    return PodAdded(
+        pod_uid=meta.uid,
+        namespace=meta.ns,
+        name=meta.name,
+        volumes=tuple(volumes),
+        service_account=pod.spec.account,
+    )
 
 
 # ---------------------------------------------------------------- fingerprints
@@ -272,6 +398,8 @@ def spec_fingerprint(pod: Pod) -> tuple[VolumeFingerprint, ...]:
         if volume.persistent_volume_claim is not None:
             src = volume.persistent_volume_claim
             prints.append(("pvc", volume.name, src.claim_name, src.read_only))
+        elif volume.ephemeral is not None:
+            prints.append(("pvc", volume.name, ephemeral_claim_name(pod, volume), False))
         elif volume.csi is not None:
             csi = volume.csi
             attrs = tuple(sorted(csi.volume_attributes.items()))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from volfsm.desired.checks import no_backsteps_problem
 from volfsm.desired.errors import InvalidObjectError, Problems
 from volfsm.desired.names import (
     csi_driver_problem,
@@ -24,7 +25,7 @@ from volfsm.desired.objects import (
     Pod,
 )
 from volfsm.desired.quantity import quantity_to_bytes
-from volfsm.desired.validate_volumes import volume_problems
+from volfsm.desired.validate_volumes import HOST_PATH_TYPES, volume_problems
 
 
 def check(path: str, problem: str | None) -> None:
@@ -60,16 +61,36 @@ def validate_pv(pv: PersistentVolume) -> None:
     """A PV volfsm can serve: named, CSI, with a driver, a handle and a capacity."""
     check_meta(pv.metadata, namespaced=False)
     csi = pv.spec.csi
-    if csi is None:
+    if csi is None and pv.spec.other_source() == "hostPath":
+        _check_pv_host_path(pv.spec.host_path or {})
+    elif csi is None and pv.spec.local is not None:
+        _check_pv_host_path({"path": pv.spec.local.path}, "spec.local.path")
+        if not pv.spec.node_affinity:
+            raise InvalidObjectError("spec.nodeAffinity", "a local PersistentVolume requires it")
+    elif csi is None:
         other = pv.spec.other_source()
         found = f"spec.{other} is not served" if other else "spec.csi is missing"
-        raise InvalidObjectError("spec.csi", f"only CSI PersistentVolumes are supported ({found})")
-    check("spec.csi.driver", csi_driver_problem(csi.driver))
-    check("spec.csi.volumeHandle", volume_handle_problem(csi.volume_handle))
+        raise InvalidObjectError(
+            "spec.csi", f"only CSI, hostPath and local PersistentVolumes are supported ({found})"
+        )
+    else:
+        check("spec.csi.driver", csi_driver_problem(csi.driver))
+        check("spec.csi.volumeHandle", volume_handle_problem(csi.volume_handle))
     pv_size_bytes(pv)
     ref = pv.spec.claim_ref
     if ref is not None and ref.name:
         check("spec.claimRef.name", dns_subdomain_problem(ref.name))
+
+
+def _check_pv_host_path(host_path: dict[str, object], where: str = "spec.hostPath.path") -> None:
+    """spec.hostPath (or spec.local) of a PV: an absolute path with no '..', a known type."""
+    path = host_path.get("path")
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise InvalidObjectError(where, "must be an absolute path")
+    check(where, no_backsteps_problem(path))
+    kind = host_path.get("type") or ""
+    if kind not in HOST_PATH_TYPES and kind != "":
+        raise InvalidObjectError("spec.hostPath.type", f"{kind!r} is an invalid hostPath type")
 
 
 def validate_pvc(pvc: PersistentVolumeClaim) -> None:

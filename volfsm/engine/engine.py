@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -436,6 +436,20 @@ class VolumeEngine:
         self.reconciler.mark_many_dirty(dv.volume_id for dv in pod.volumes)
         self.reconciler.wake()
         return len(pod.volumes)
+
+    def remount_volumes(self, uid: str, names: Collection[str]) -> int:
+        """Ask for SetUp again on these volumes of a desired pod (an object they show changed,
+        a token is due); returns how many were marked."""
+        pod = self.dsw.pods.get(uid)
+        if pod is None:
+            return 0
+        marked = [dv for dv in pod.volumes if dv.name in names]
+        for dv in marked:
+            self.reconciler.remount_required.add((uid, dv.name))
+        self.reconciler.mark_many_dirty(dv.volume_id for dv in marked)
+        if marked:
+            self.reconciler.wake()
+        return len(marked)
 
     # ------------------------------------------------------------ live feed
 

@@ -88,6 +88,9 @@ class MountSteps(OperationCore):
             volume_name=dv.name,
             mount_path=str(req.mount_path or ""),
             mount_found=result.mount_found,
+            ownership=result.ownership,
+            ownership_s=round(result.ownership_s, 6),
+            contents=result.contents,
         )
         await self._fire_podvol(pod_uid, dv.name, "mount", body)
 

@@ -28,6 +28,7 @@ from events.types import (
     DesiredVolume,
     DeviceMountUncertain,
     DeviceUnmounted,
+    PodAdded,
     VolumeMountUncertain,
     VolumeSource,
     VolumeUnmounted,
@@ -73,6 +74,9 @@ class VolumeIndex(Protocol):
 
     def detached_version(self, volume_id: str) -> int:
         """The device stream's version if the volume was detached, else 0 (a new stream)."""
+
+    def pod_spec(self, uid: str) -> PodAdded | None:
+        """The pod as desired (or as last desired), for its name and service account."""
 
 
 def plugin_label(plugin: VolumePlugin, dv: DesiredVolume) -> str:
@@ -230,7 +234,17 @@ class OperationCore:
             volume_name=dv.name if pod_uid else "",
             spec_name=dv.pv_name or dv.name,  # kubelet's spec.Name()
             ephemeral=not dv.pv_name,  # inline csi / emptyDir: pod-scoped, never staged
+            fs_group=dv.fs_group,
+            fs_group_change_policy=dv.fs_group_change_policy,
         )
+        pod = self.holders.pod_spec(pod_uid) if pod_uid and self.holders is not None else None
+        if pod is not None:
+            req = replace(
+                req,
+                pod_name=pod.name,
+                pod_namespace=pod.namespace,
+                service_account=pod.service_account,
+            )
         root = self.layout.root
         try:
             device_path = plugin.device_mount_path(root, req)
@@ -248,7 +262,9 @@ class OperationCore:
             device_mount_path=self._checked(device_path, "device mount path"),
             # A teardown may meet a symlink planted at the pod's target: the plugin removes
             # the link without following it, so refusing here would leave the pod stuck.
-            mount_path=self._checked(
+            mount_path=mount_path
+            if plugin.pod_path_outside_root
+            else self._checked(
                 mount_path, "pod mount path", link=teardown or dv.volume_mode == BLOCK
             ),
         )

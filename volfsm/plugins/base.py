@@ -78,7 +78,11 @@ class VolumeRequest:
     pod's volume name for inline volumes): CSI block paths are named by it.
     `ephemeral` marks an inline (pod-scoped) volume, which is never staged.
     `fs_group` is the pod's fsGroup (securityContext), if any: CSI drivers
-    with VOLUME_MOUNT_GROUP get it as volume_mount_group.
+    with VOLUME_MOUNT_GROUP get it as volume_mount_group; plugins that own
+    their files apply it with `volfsm.node.ownership` (honouring
+    `fs_group_change_policy` where the kubelet does). `pod_name`,
+    `pod_namespace` and `service_account` name the pod (CSI podInfoOnMount
+    and tokenRequests).
     `keep_files` (teardown only): the log never recorded creating this
     volume (found on the node after a lost log, or in an adopted root dir),
     so the teardown must not delete a file: it removes directories only
@@ -98,6 +102,10 @@ class VolumeRequest:
     spec_name: str = ""
     ephemeral: bool = False
     fs_group: int | None = None
+    fs_group_change_policy: str = ""
+    pod_name: str = ""
+    pod_namespace: str = ""
+    service_account: str = ""
     keep_files: bool = False
 
 
@@ -109,6 +117,11 @@ class MountResult:
     device_path: str = ""
     mount_found: bool | None = None
     detail: str = ""
+    ownership: str = ""
+    """What the fsGroup ownership pass did, in one line ("" if none ran)."""
+    ownership_s: float = 0.0
+    contents: str = ""
+    """Which object versions the files were made from, no values ("" if none)."""
 
 
 # ------------------------------------------------------------- reconstruction
@@ -205,6 +218,10 @@ class SpecConstructor:
 
     #: Fully qualified plugin name, e.g. "kubernetes.io/csi" or "kubernetes.io/empty-dir".
     name: str = ""
+    #: The pod's path is a path of the node's own outside the root dir (hostPath: the
+    #: kubelet's GetPath), used as it is: the plugin neither mounts nor removes anything
+    #: there, so the engine does not confine it to the root dir.
+    pod_path_outside_root: bool = False
 
     def pod_dir_name(self) -> str:
         """The escaped plugin name of its dirs under pods/<uid>/volumes|volumeDevices/."""

@@ -46,11 +46,12 @@ import asyncio
 import errno
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 from events.types import DesiredVolume, VolumeSource
 from volfsm.desired.resolve import empty_dir_volume_id
-from volfsm.node import mounts
+from volfsm.node import mounts, ownership
 from volfsm.node.dirsonly import Kept, first_kept, remove_dirs
 from volfsm.node.layout import (
     EMPTY_DIR_PLUGIN,
@@ -92,8 +93,11 @@ class EmptyDirPlugin(VolumePlugin):
 
     name = EMPTY_DIR_PLUGIN
 
-    def __init__(self, layout: RootLayout) -> None:
+    def __init__(self, layout: RootLayout, memory_bytes: int | None = None) -> None:
         self.layout = layout
+        self.memory_bytes = memory_bytes
+        """The node's allocatable memory: a memory volume's size when nothing smaller is set
+        (None: the kernel's default, half the RAM)."""
         self._layouts: dict[Path, RootLayout] = {layout.root: layout}
 
     def supports(self, source: VolumeSource) -> bool:
@@ -188,11 +192,16 @@ class EmptyDirPlugin(VolumePlugin):
                 f"emptyDir medium {medium!r} is not supported",
                 ErrorClass.TRANSIENT,
             )
+        was_ready = self._is_ready(meta_dir)
         self._make_volume_dir(volume_dir)
         if medium == MEDIUM_MEMORY:
-            result = self._mount_tmpfs(volume_dir, req.source.size_limit_bytes)
+            result = self._mount_tmpfs(
+                volume_dir, memory_volume_size(req.source, self.memory_bytes)
+            )
         else:
             result = MountResult(path=str(volume_dir), mount_found=None, detail="directory")
+        if not was_ready:
+            result = self._apply_fs_group(volume_dir, req, result)
         try:
             self._mark_ready(meta_dir)
         except (OSError, UnsafePathError) as exc:
@@ -239,6 +248,32 @@ class EmptyDirPlugin(VolumePlugin):
         if found is not None and found.super_option("size") is not None:
             detail = f"tmpfs size={found.super_option('size')}"
         return MountResult(path=str(volume_dir), mount_found=mounted, detail=detail)
+
+    def _is_ready(self, meta_dir: Path) -> bool:
+        """Whether an earlier SetUp finished (its ready marker is there)."""
+        try:
+            with self.layout.open_dir(meta_dir) as fd:
+                return _lstat(fd, READY_FILE) is not None
+        except (FileNotFoundError, UnsafePathError):
+            return False
+
+    def _apply_fs_group(
+        self, volume_dir: Path, req: VolumeRequest, result: MountResult
+    ) -> MountResult:
+        """The pod's fsGroup on the new volume (kubelet: always, no change policy, rw)."""
+        if req.fs_group is None:
+            return result
+        try:
+            with self.layout.open_dir(volume_dir) as fd:
+                done = ownership.set_volume_ownership(volume_dir, req.fs_group, dir_fd=fd)
+        except (OSError, UnsafePathError) as exc:
+            error_class = (
+                ErrorClass.UNCERTAIN if req.source.medium == MEDIUM_MEMORY else ErrorClass.FINAL
+            )
+            raise PluginError(
+                "FSGroupFailed", f"applying fsGroup to {volume_dir}: {exc}", error_class
+            ) from None
+        return replace(result, ownership=done.summary(), ownership_s=done.duration_s)
 
     def _mark_ready(self, meta_dir: Path) -> None:
         with self.layout.open_dir(meta_dir, create=True) as fd:
@@ -358,6 +393,17 @@ class EmptyDirPlugin(VolumePlugin):
                 )
             mounts.umount(volume_dir)
         raise PathInUseError(volume_dir, f"more than {_MAX_STACKED} stacked mounts")
+
+
+def memory_volume_size(source: VolumeSource, allocatable: int | None) -> int | None:
+    """The kubelet's calculateEmptyDirMemorySize: node allocatable memory, lowered to the
+    pod's memory limit, then to sizeLimit, each only when > 0 and not larger (a sizeLimit
+    above the pod's limit is ignored). None (kernel default) without any of them."""
+    size = allocatable if allocatable is not None and allocatable > 0 else None
+    for lower in (source.pod_memory_limit_bytes, source.size_limit_bytes):
+        if lower is not None and lower > 0 and (size is None or lower <= size):
+            size = lower
+    return size
 
 
 def _lstat(dir_fd: int, name: str) -> os.stat_result | None:

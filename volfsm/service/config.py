@@ -28,6 +28,7 @@ import msgspec
 from events.subjects import SubjectError, check_token
 from volfsm import faultpoints
 from volfsm.bus.urls import split_servers
+from volfsm.desired.quantity import parse_quantity
 from volfsm.paths import DEFAULT_DATA_DIR, LOG_FILENAME
 from volfsm.service.datadir import (
     NATS_URL_FILENAME,
@@ -203,6 +204,54 @@ class ServeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             panel=PANEL_ENGINE,
         ),
     ] = False
+    token_command: Annotated[
+        str,
+        option(
+            "Service-account tokens for projected volumes: run CMD with NAMESPACE "
+            "SERVICE_ACCOUNT AUDIENCE EXPIRATION_SECONDS appended; its stdout is the token. "
+            "Default: a node-local signer (well-formed JWTs no API server accepts).",
+            panel=PANEL_ENGINE,
+            metavar="CMD",
+        ),
+    ] = ""
+    token_max_ttl: Annotated[
+        int,
+        option(
+            "Testing: cap every service-account token's lifetime at N seconds (refreshed "
+            "after 80 percent of it). Default 0: the requested expirationSeconds.",
+            panel=PANEL_ENGINE,
+            ge=0,
+        ),
+    ] = 0
+    node_labels: Annotated[
+        str,
+        option(
+            "This node's labels besides kubernetes.io/hostname (the node name), as "
+            "zone=a,disk=ssd: a local PersistentVolume's nodeAffinity must match them.",
+            panel=PANEL_ENGINE,
+            metavar="KEY=VALUE,...",
+        ),
+    ] = ""
+    csi_republish_period: Annotated[
+        int,
+        option(
+            "Seconds between NodePublish calls again for the mounted volumes of CSI drivers "
+            "whose CSIDriver object sets requiresRepublish (the kubelet republishes at each "
+            "pod sync, about every minute).",
+            panel=PANEL_ENGINE,
+            ge=1,
+        ),
+    ] = 60
+    node_allocatable: Annotated[
+        str,
+        option(
+            "What downwardAPI resourceFieldRef gives for an unset limit, as "
+            "cpu=4,memory=8Gi,ephemeral-storage=100Gi. Default: every CPU, MemTotal and the "
+            "root dir's filesystem size.",
+            panel=PANEL_ENGINE,
+            metavar="NAME=QTY,...",
+        ),
+    ] = ""
     fault_point: Annotated[
         str,
         option(
@@ -363,6 +412,16 @@ class Settings:
     """"create" the stream / update its settings, or only "check" it (the `node` role)."""
     volume_stats_period: float = 60.0
     """Seconds between volume stats gatherings of a pod (0: none)."""
+    token_command: str = ""
+    """The token command ("": the node-local signer)."""
+    token_max_ttl: int = 0
+    """Cap on token lifetimes in seconds (0: none; for tests)."""
+    csi_republish_period: int = 60
+    """Seconds between republishes of requiresRepublish CSI volumes."""
+    node_labels: dict[str, str] = field(default_factory=dict)
+    """This node's labels (kubernetes.io/hostname is added: the node name)."""
+    node_allocatable: dict[str, str] = field(default_factory=dict)
+    """Resource name -> quantity overriding the node's own (downwardAPI defaults)."""
 
     @property
     def log_path(self) -> Path:
@@ -554,7 +613,39 @@ def resolve(layered: Layered) -> Settings:
         adopt_root_dir=cfg.adopt_root_dir,
         stream_setup=cfg.stream_setup,
         volume_stats_period=_duration(layered, "volume_stats_agg_period"),
+        token_command=cfg.token_command,
+        token_max_ttl=cfg.token_max_ttl,
+        csi_republish_period=cfg.csi_republish_period,
+        node_labels=_labels(layered),
+        node_allocatable=_allocatable(layered),
     )
+
+
+def _allocatable(layered: Layered) -> dict[str, str]:
+    """--node-allocatable as resource -> quantity; ConfigError naming a bad entry."""
+    text = layered.config.node_allocatable
+    found: dict[str, str] = {}
+    for entry in (e.strip() for e in text.split(",") if e.strip()):
+        name, sep, value = entry.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError("expected NAME=QUANTITY")
+            parse_quantity(value)
+        except ValueError as exc:
+            raise ConfigError(f"{layered.where('node_allocatable')}: {entry!r}: {exc}") from None
+        found[name.strip()] = value.strip()
+    return found
+
+
+def _labels(layered: Layered) -> dict[str, str]:
+    """--node-labels as key -> value; ConfigError naming a bad entry."""
+    found: dict[str, str] = {}
+    for entry in (e.strip() for e in layered.config.node_labels.split(",") if e.strip()):
+        key, sep, value = entry.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{layered.where('node_labels')}: {entry!r}: expected KEY=VALUE")
+        found[key.strip()] = value.strip()
+    return found
 
 
 def settings_from(

@@ -48,6 +48,7 @@ from events.types import (
     OperationStarted,
     OperationSucceeded,
     PodAdded,
+    VolumeMounted,
     VolumeSource,
 )
 from projections.asw import Asw
@@ -264,6 +265,13 @@ class ServiceMetrics(Collector):
             ("verb", "code"),
         )
         self._op_plugins: dict[str, str] = {}
+        self.content_writes = Tally(
+            "volfsm_volume_content_writes_total",
+            "SetUps (first mounts and remounts on a changed object or a token refresh) of "
+            "configMap, secret, downwardAPI and projected volumes, by plugin and result: "
+            "written (files swapped in atomically) or unchanged.",
+            ("plugin", "result"),
+        )
         self.registry = registry_of(self)
 
     # ----------------------------------------------------------- feeding
@@ -275,6 +283,9 @@ class ServiceMetrics(Collector):
             kind = type(body).KIND
             if kind in ("device", "podvol"):
                 self.transitions.inc(kind, env.type)
+                if isinstance(body, VolumeMounted) and body.contents:
+                    result = body.contents.split(":", 1)[0]
+                    self.content_writes.inc(plugin_of_volume_id(body.volume_id), result)
             elif kind == "desired":
                 self.desired_events.inc(env.type)
             elif isinstance(body, OperationStarted):
@@ -354,6 +365,7 @@ class ServiceMetrics(Collector):
         yield self.csi_calls.family()
         yield self.end_to_end.family()
         yield self.collections.family()
+        yield self.content_writes.family()
         yield from volume_stats_families(snap.volume_stats)
         yield from reconstruction_families(snap.reconstruction)
 

@@ -75,9 +75,15 @@ from volfsm.objects import ObjectStoreError
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.csi.plugin import CsiPlugin
 from volfsm.plugins.emptydir import EmptyDirPlugin
+from volfsm.plugins.hostpath import HostPathPlugin
+from volfsm.plugins.local import HOSTNAME_LABEL, LocalVolumePlugin
+from volfsm.plugins.objectvol.tokens import TokenManager
+from volfsm.plugins.objectvol.updates import ObjectUpdates
 from volfsm.service.config import NATS_URL_FILENAME, NODE_FILENAME, Settings
 from volfsm.service.intake import CommandIntake, CommandProcessor
 from volfsm.service.metrics import ServiceMetrics, Snapshot
+from volfsm.service.objectvolumes import register_object_plugins, start_updates
+from volfsm.service.republish import republish_due
 from volfsm.service.restore import LogRestoreError, prepare_and_restore
 from volfsm.web.exposition import metrics_response
 from volfsm.web.http import HttpServer, Response
@@ -136,6 +142,7 @@ class NodeService:
         self.metrics = ServiceMetrics(self.snapshot)
         self.log: EventLog | None = None
         self.engine: VolumeEngine | None = None
+        self.object_updates: ObjectUpdates | None = None
         self.relay: Relay | None = None
         self.intake: CommandIntake | None = None
         self.processor: CommandProcessor | None = None
@@ -225,7 +232,11 @@ class NodeService:
         write_atomic(s.data_dir / NODE_FILENAME, s.node + "\n")
         self._start_nats()
         layout = RootLayout(s.root_dir)
-        self.catalog.register(EmptyDirPlugin(layout))
+        object_volumes = register_object_plugins(self.catalog, layout, s)
+        memory = object_volumes.allocatable.get("memory")
+        self.catalog.register(EmptyDirPlugin(layout, int(memory) if memory else None))
+        self.catalog.register(HostPathPlugin())
+        self.catalog.register(LocalVolumePlugin(layout, {**s.node_labels, HOSTNAME_LABEL: s.node}))
         await self._start_csi(layout)
         lost = claim.lost
         if s.restore_from_stream and await self._restore_log() and claim.restorable:
@@ -248,6 +259,10 @@ class NodeService:
             ),
         )
         self.engine = engine
+        self.object_updates = start_updates(engine, object_volumes)
+        self._wire_csi_driver_objects(engine, object_volumes.tokens)
+        if self.csi_plugins:
+            self._spawn(self._republish_loop(engine), "csi-republish")
         engine.volstats.on_duration = self.metrics.volume_stats_collected
         engine.reconciler.on_hold = root.set_until_complete
         engine.reconciler.on_complete = self._desired_complete
@@ -275,6 +290,7 @@ class NodeService:
             await engine.start()
         except ObjectStoreError as exc:
             raise ServiceStartError(str(exc)) from None
+        self.object_updates.remount_all()
         self._log.info(
             "ASW rebuilt from the log: {} devices, {} pod-volumes, {} desired pods, seq {}",
             len(engine.asw.devices),
@@ -458,6 +474,21 @@ class NodeService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*waits), CSI_STARTUP_WAIT_S)
 
+    def _wire_csi_driver_objects(self, engine: VolumeEngine, tokens: TokenManager | None) -> None:
+        """CSI plugins read CSIDriver objects from the engine's store and get tokens from
+        the token source the projected volumes use."""
+        for plugin in self.csi_plugins.values():
+            plugin.objects.lookup = engine.objects.csi_driver
+            plugin.objects.tokens = tokens.get if tokens is not None else None
+
+    async def _republish_loop(self, engine: VolumeEngine) -> None:
+        """requiresRepublish: NodePublish again, every --csi-republish-period, each mounted
+        volume of a driver whose CSIDriver object asks for it (the kubelet's remount)."""
+        while True:
+            await asyncio.sleep(self.settings.csi_republish_period)
+            for uid, names in republish_due(engine).items():
+                engine.remount_volumes(uid, names)
+
     async def _register_csi(self, plugin: CsiPlugin, registered: asyncio.Event) -> None:
         """Probe the driver until it answers, then register it (kubelet plugin registration)."""
         delay = CSI_RETRY_S
@@ -521,6 +552,8 @@ class NodeService:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.object_updates is not None:
+            self.object_updates.close()
         if self.engine is not None:
             running = self.engine.executor.running
             if running:

@@ -28,12 +28,15 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from loguru import logger
 
 from events.types import VolumeSource
+from volfsm.desired.kinds import CSIDriverSpec
 from volfsm.errors import VolfsmError
+from volfsm.node import ownership
 from volfsm.node.dirsonly import first_kept
 from volfsm.node.layout import CSI_PLUGIN, RootLayout
 from volfsm.plugins.base import (
@@ -44,7 +47,7 @@ from volfsm.plugins.base import (
     VolumePlugin,
     VolumeRequest,
 )
-from volfsm.plugins.csi import files, paths, requests, verify
+from volfsm.plugins.csi import driverspec, files, paths, requests, verify
 from volfsm.plugins.csi.client import (
     DEFAULT_TIMEOUT_S,
     CsiClient,
@@ -54,8 +57,10 @@ from volfsm.plugins.csi.client import (
     wait_for_socket,
 )
 from volfsm.plugins.csi.construct import CsiVolumes
+from volfsm.plugins.csi.driverspec import DriverObjects
 from volfsm.plugins.csi.paths import valid_driver_name
 from volfsm.plugins.csi.requests import access_mode
+from volfsm.plugins.objectvol.tokens import TokenError
 
 __all__ = ["CsiPlugin", "SecretLookup", "access_mode"]
 
@@ -105,6 +110,7 @@ class CsiPlugin(CsiVolumes, VolumePlugin):
         self.secrets = secrets
         self.caps = NodeCapabilities()
         self.info: DriverInfo | None = None
+        self.objects = DriverObjects()
         self._warned_refs: set[str] = set()
 
     # ---------------------------------------------------------- lifecycle
@@ -384,6 +390,8 @@ class CsiPlugin(CsiVolumes, VolumePlugin):
         target = req.mount_path
         if target is None:
             raise _transient("InvalidArgument", "no target path in the request")
+        spec = self.objects.spec(self.driver)
+        context = await asyncio.to_thread(self._publish_context, spec, req)  # a token command
         name = target.parent.name
         data_file = paths.publish_data_file(target)
         secrets = self._secrets(req.source.node_publish_secret_ref)
@@ -392,7 +400,7 @@ class CsiPlugin(CsiVolumes, VolumePlugin):
         )
         staging = req.device_mount_path if self._stages(req) else None
         request = requests.publish_request(
-            req, caps, str(staging) if staging is not None else "", str(target), secrets
+            req, caps, str(staging) if staging is not None else "", str(target), secrets, context
         )
         try:
             await self.client.publish(request)
@@ -409,14 +417,45 @@ class CsiPlugin(CsiVolumes, VolumePlugin):
             mount_group=req.fs_group if requests.mount_group(req, caps) else None,
         )
         result = await asyncio.to_thread(verify.check, expected)
-        if req.fs_group is not None and not requests.mount_group(req, caps):
-            note = f"fsGroup {req.fs_group} not applied (driver lacks VOLUME_MOUNT_GROUP)"
-            return MountResult(
-                path=result.path,
-                mount_found=result.mount_found,
-                detail="; ".join(d for d in (result.detail, note) if d),
-            )
+        if requests.mount_group(req, caps):
+            return result
+        if driverspec.applies_fs_group(spec, req):
+            return await asyncio.to_thread(self._apply_fs_group, target, req, result)
+        if req.fs_group is not None:
+            policy = (spec or driverspec.DEFAULT_SPEC).fs_group_policy
+            note = f"fsGroup {req.fs_group} not applied (fsGroupPolicy {policy})"
+            return replace(result, detail="; ".join(d for d in (result.detail, note) if d))
         return result
+
+    def _publish_context(self, spec: CSIDriverSpec | None, req: VolumeRequest) -> dict[str, str]:
+        """The volume context NodePublish gets: the source's attributes, then what the
+        CSIDriver object asks for (kubelet keys win). TRANSIENT errors, before any call."""
+        problem = driverspec.lifecycle_problem(spec, self.driver, req.ephemeral)
+        if problem is not None:
+            raise _transient("LifecycleModeNotSupported", problem)
+        context = dict(req.source.attributes)
+        if spec is None:
+            return context
+        if spec.pod_info_on_mount:
+            context.update(driverspec.pod_info_context(req))
+        try:
+            context.update(driverspec.token_context(spec, req, self.objects.tokens))
+        except TokenError as exc:
+            raise _transient("TokenRequestFailed", str(exc)) from None
+        return context
+
+    def _apply_fs_group(self, target: Path, req: VolumeRequest, result: MountResult) -> MountResult:
+        """The kubelet's ownership pass after NodePublish; a failure leaves the mount
+        Uncertain (kubelet: "applyFSGroup failed"), so the teardown still runs."""
+        try:
+            done = ownership.set_volume_ownership(
+                target, req.fs_group, req.fs_group_change_policy, read_only=req.read_only
+            )
+        except OSError as exc:
+            raise PluginError(
+                "FSGroupFailed", f"applyFSGroup failed for {target}: {exc}", ErrorClass.UNCERTAIN
+            ) from None
+        return replace(result, ownership=done.summary(), ownership_s=done.duration_s)
 
     async def _publish_block(self, req: VolumeRequest, caps: NodeCapabilities) -> MountResult:
         """Block MapPodDevice: the publish dir, NodePublish; the device file is the result."""

@@ -77,8 +77,10 @@ def publish_request(
     staging: str,
     target: str,
     secrets: Mapping[str, str],
+    context: Mapping[str, str] | None = None,
 ) -> Any:
-    """NodePublishVolumeRequest (staging_target_path only when the volume was staged)."""
+    """NodePublishVolumeRequest (staging_target_path only when the volume was staged);
+    `context` replaces the source's attributes as volume_context (podInfoOnMount, tokens)."""
     return csi_pb2.NodePublishVolumeRequest(
         volume_id=req.source.volume_handle,
         staging_target_path=staging,
@@ -86,7 +88,7 @@ def publish_request(
         volume_capability=volume_capability(req, caps),
         readonly=req.read_only,
         secrets=dict(secrets),
-        volume_context=dict(req.source.attributes),
+        volume_context=dict(req.source.attributes if context is None else context),
     )
 
 

@@ -106,6 +106,47 @@ def _target(
     return StreamTarget(url, connect, stream, replicas, window, timeout)
 
 
+def _stream_options(command: Callable[[StreamTarget], None]) -> Callable[..., None]:
+    """Give `command` the options every `volfsm stream` command takes, as one StreamTarget."""
+
+    def wrapper(
+        nats: NatsOpt,
+        stream: StreamOpt = "VOLFSM",
+        replicas: ReplicasOpt = 1,
+        duplicate_window: WindowOpt = 120.0,
+        request_timeout: TimeoutOpt = 10.0,
+        nats_user: UserOpt = None,
+        nats_password: PasswordOpt = None,
+        nats_token: TokenOpt = None,
+        nats_creds: CredsOpt = None,
+        nats_tls_ca: CaOpt = None,
+        nats_tls_cert: CertOpt = None,
+        nats_tls_key: KeyOpt = None,
+    ) -> None:
+        command(
+            _target(
+                nats,
+                stream,
+                replicas,
+                duplicate_window,
+                request_timeout,
+                {
+                    "user": nats_user,
+                    "password": nats_password,
+                    "token": nats_token,
+                    "creds": nats_creds,
+                    "tls_ca": nats_tls_ca,
+                    "tls_cert": nats_tls_cert,
+                    "tls_key": nats_tls_key,
+                },
+            )
+        )
+
+    wrapper.__name__ = command.__name__
+    wrapper.__doc__ = command.__doc__
+    return wrapper
+
+
 def _run(target: StreamTarget, work: Callable[[JetStreamContext], Awaitable[T]]) -> T:
     """Connect once, run `work` on JetStream (failing fast on a denied request), close."""
     import nats.errors
@@ -173,37 +214,9 @@ def describe(info: StreamInfo) -> str:
 
 
 @app.command("create")
-def create(
-    nats: NatsOpt,
-    stream: StreamOpt = "VOLFSM",
-    replicas: ReplicasOpt = 1,
-    duplicate_window: WindowOpt = 120.0,
-    request_timeout: TimeoutOpt = 10.0,
-    nats_user: UserOpt = None,
-    nats_password: PasswordOpt = None,
-    nats_token: TokenOpt = None,
-    nats_creds: CredsOpt = None,
-    nats_tls_ca: CaOpt = None,
-    nats_tls_cert: CertOpt = None,
-    nats_tls_key: KeyOpt = None,
-) -> None:
+@_stream_options
+def create(target: StreamTarget) -> None:
     """Create the event stream, or bring an existing one to volfsm's settings."""
-    target = _target(
-        nats,
-        stream,
-        replicas,
-        duplicate_window,
-        request_timeout,
-        {
-            "user": nats_user,
-            "password": nats_password,
-            "token": nats_token,
-            "creds": nats_creds,
-            "tls_ca": nats_tls_ca,
-            "tls_cert": nats_tls_cert,
-            "tls_key": nats_tls_key,
-        },
-    )
 
     async def work(js: JetStreamContext) -> list[str]:
         from volfsm.bus.stream import ensure_event_stream
@@ -231,37 +244,9 @@ def create(
 
 
 @app.command("check")
-def check(
-    nats: NatsOpt,
-    stream: StreamOpt = "VOLFSM",
-    replicas: ReplicasOpt = 1,
-    duplicate_window: WindowOpt = 120.0,
-    request_timeout: TimeoutOpt = 10.0,
-    nats_user: UserOpt = None,
-    nats_password: PasswordOpt = None,
-    nats_token: TokenOpt = None,
-    nats_creds: CredsOpt = None,
-    nats_tls_ca: CaOpt = None,
-    nats_tls_cert: CertOpt = None,
-    nats_tls_key: KeyOpt = None,
-) -> None:
+@_stream_options
+def check(target: StreamTarget) -> None:
     """Check the event stream against these settings: one line per problem (exit 1), or ok."""
-    target = _target(
-        nats,
-        stream,
-        replicas,
-        duplicate_window,
-        request_timeout,
-        {
-            "user": nats_user,
-            "password": nats_password,
-            "token": nats_token,
-            "creds": nats_creds,
-            "tls_ca": nats_tls_ca,
-            "tls_cert": nats_tls_cert,
-            "tls_key": nats_tls_key,
-        },
-    )
 
     async def work(js: JetStreamContext) -> tuple[list[str], str]:
         import nats.js.errors

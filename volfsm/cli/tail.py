@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -67,6 +68,15 @@ def tail(
 
 CLOSE_TIMEOUT_S = 2.0
 """How long a stopping tail waits for its NATS connection to close."""
+STOP_GRACE_S = 5.0
+"""After SIGTERM, how long the tail may take to end before it exits regardless."""
+
+
+def _leave_now() -> None:
+    """Exit 0 at once, what was printed flushed (a stop that did not finish in time)."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    os._exit(0)
 
 
 async def _main(
@@ -81,8 +91,15 @@ async def _main(
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        task.cancel()
+        # A tail that is stopped must end: if closing the NATS connection or the
+        # event loop's shutdown hangs, leave anyway after a few seconds.
+        loop.call_later(STOP_GRACE_S, _leave_now)
+
     with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        loop.add_signal_handler(signal.SIGTERM, stop)
     nc = await _connect(target)
     try:
         await _learn_pods(nc, target, flt)

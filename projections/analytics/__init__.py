@@ -14,7 +14,12 @@ Modules: `rows` (names, flat rows), `fold` (facts and open state), `figures`
   operations, open Uncertain spans, pods not yet ready) is explicit so a
   store can persist it beside the rows, and every change is reported by
   `drain()`.
-* `build_report(...)` computes the report figures from plain fact tuples.
+* `HealthFold` keeps the latest usage and volume condition per pod-volume
+  (`VolumeUsageChanged`, `VolumeConditionChanged`) for the "volumes near
+  full" and "abnormal volumes" sections.
+* The report is built from aggregates (`ReportInputs`) of a window
+  (`ReportQuery`): `MemoryFacts` computes them in Python, the store with
+  SQL; `build_report` turns them into figures.
 
 Operation names are the engine's (kubelet's): stage has no operation of its
 own there (MountDevice runs inside `volume_mount`, as in kubelet), so a stage
@@ -22,25 +27,42 @@ sample (`mount_device` / `map_device`) is derived from the `OperationStarted`
 of a `volume_mount` / `map_volume` to the `DeviceMounted` of its volume on the
 same node while that operation runs (WaitForAttach and attach included).
 
-Percentiles are nearest-rank: the p-th percentile of n sorted values is the
-value at rank ceil(p/100 * n). Latency percentiles count succeeded
-operations; failed ones are counted apart (their time is usually a timeout).
+Durations are added and ranked in whole microseconds. Percentiles are
+nearest-rank: the p-th percentile of n sorted values is the value at rank
+ceil(p/100 * n). Latency percentiles count succeeded operations; failed
+ones are counted apart (their time is usually a timeout).
 """
 
 from projections.analytics.figures import (
+    FOREVER_US,
+    PUBLISH_OPERATIONS,
+    Distribution,
     FailureFigure,
     GapFigure,
     LatencyFigure,
     NodeFigure,
     NodeWindow,
+    OpGroup,
     PodReadyFigure,
     Report,
     ReportInputs,
+    ReportQuery,
+    SeriesBucket,
     SeriesPoint,
+    SpanRow,
+    UncertainNode,
     UncertainNow,
+    UncertainTotals,
     UncertainVolume,
     build_report,
+    distribution,
+    failure_figures,
+    in_window,
+    op_groups,
     percentile,
+    series_buckets,
+    series_frame,
+    uncertain_totals,
 )
 from projections.analytics.fold import (
     AnalyticsFold,
@@ -52,6 +74,14 @@ from projections.analytics.fold import (
     PendingPod,
     PodReady,
     UncertainSpan,
+    whole_us,
+)
+from projections.analytics.health import (
+    NEAR_FULL,
+    AbnormalFigure,
+    HealthFold,
+    NearFullFigure,
+    VolumeHealth,
 )
 from projections.analytics.memory import MemoryFacts, report_of
 from projections.analytics.rows import (
@@ -66,19 +96,27 @@ from projections.analytics.rows import (
 )
 
 __all__ = [
+    "FOREVER_US",
+    "NEAR_FULL",
     "PHASES",
+    "PUBLISH_OPERATIONS",
     "ROW_COLUMNS",
     "STAGE_OF",
+    "AbnormalFigure",
     "AnalyticsFold",
+    "Distribution",
     "EventRow",
     "FailureFigure",
     "FoldChanges",
     "GapFigure",
+    "HealthFold",
     "LatencyFigure",
     "MemoryFacts",
+    "NearFullFigure",
     "NodeFigure",
     "NodeStats",
     "NodeWindow",
+    "OpGroup",
     "OpRow",
     "OpSample",
     "OpenOp",
@@ -87,15 +125,29 @@ __all__ = [
     "PodReadyFigure",
     "Report",
     "ReportInputs",
+    "ReportQuery",
+    "SeriesBucket",
     "SeriesPoint",
+    "SpanRow",
+    "UncertainNode",
     "UncertainNow",
     "UncertainSpan",
+    "UncertainTotals",
     "UncertainVolume",
+    "VolumeHealth",
     "build_report",
+    "distribution",
     "driver_of",
+    "failure_figures",
     "flatten",
     "flatten_json",
+    "in_window",
+    "op_groups",
     "percentile",
     "phase_of",
     "report_of",
+    "series_buckets",
+    "series_frame",
+    "uncertain_totals",
+    "whole_us",
 ]

@@ -1,9 +1,18 @@
-"""Report figures computed from fact tuples: latency percentiles, failures, Uncertain time,
-nodes, pod readiness, latency over time.
+"""Report figures: latency percentiles, failures, Uncertain time, nodes, pod readiness,
+latency over time.
 
-Percentiles are nearest-rank: the p-th percentile of n sorted values is the
-value at rank ceil(p/100 * n). Latency percentiles count succeeded
-operations; failed ones are counted apart (their time is usually a timeout).
+A report is built in two steps. First the facts are reduced to aggregates
+(`ReportInputs`: per (driver, operation) counts and percentiles, failure
+counts, series buckets, Uncertain totals, pod readiness): the functions
+here do it in Python over fact tuples (the in-memory report), and the
+store does the same in SQL over its columns. Then `build_report` turns the
+aggregates into figures, the same code for both.
+
+Durations are whole microseconds (`duration_us`), so sums are exact
+whichever engine adds them. Percentiles are nearest-rank: the p-th
+percentile of n sorted values is the value at rank ceil(p/100 * n) (SQL's
+`percentile_disc`). Latency percentiles count succeeded operations; failed
+ones are counted apart (their time is usually a timeout).
 """
 
 from __future__ import annotations
@@ -11,16 +20,26 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 from projections.analytics.fold import NodeStats, OpRow, UncertainSpan
 from projections.analytics.rows import PHASE_ORDER, PHASES, phase_of
+
+FOREVER_US = 2**62
+"""An open end of a window (µs), far past any event."""
+
+PUBLISH_OPERATIONS = tuple(op for op, phase in PHASES.items() if phase == "publish")
+"""Operations of the publish phase: the latency series follows them."""
 
 # --------------------------------------------------------------------------
 # Figures
 
 
-def percentile(sorted_values: Sequence[float], p: float) -> float | None:
+Num = TypeVar("Num", int, float)
+
+
+def percentile(sorted_values: Sequence[Num], p: float) -> Num | None:
     """Nearest-rank percentile of ascending values (None when there are none)."""
     n = len(sorted_values)
     if n == 0:
@@ -149,8 +168,20 @@ class SeriesPoint:
 
 
 @dataclass(slots=True)
+class UncertainNode:
+    """Time one node's entries of one kind spent Uncertain inside the window."""
+
+    node: str
+    kind: str
+    seconds: float
+    volumes: int
+    spans: int
+
+
+@dataclass(slots=True)
 class Report:
-    """Every figure of an analytics report, as of `generated_us`, over events since `since_us`."""
+    """Every figure of an analytics report, as of `generated_us`, over events in
+    [`since_us`, `until_us`) (None: open)."""
 
     generated_us: int
     since_us: int | None
@@ -161,114 +192,282 @@ class Report:
     latency: list[LatencyFigure]
     failures: list[FailureFigure]
     uncertain_volumes: list[UncertainVolume]
+    """The `top` volumes with the most time Uncertain (all of them: `uncertain_volumes_total`)."""
     uncertain_now: list[UncertainNow]
     gaps: list[GapFigure]
     pod_ready: PodReadyFigure
     latency_series: list[SeriesPoint]
     bucket_s: float
+    until_us: int | None = None
+    uncertain_volumes_total: int = 0
+    uncertain_by_node: list[UncertainNode] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------
+# What a report covers, and the aggregates it is built from
+
+
+@dataclass(frozen=True, slots=True)
+class ReportQuery:
+    """What a report covers: as of `now_us`, events in [`since_us`, `until_us`)."""
+
+    now_us: int
+    since_us: int | None = None
+    until_us: int | None = None
+    lag_threshold_s: float = 300.0
+    stuck_threshold_s: float = 600.0
+    buckets: int = 24
+    top: int = 100
+    """How many volumes `uncertain_volumes` lists."""
+
+    @property
+    def lo_us(self) -> int:
+        """The window's start (a far past when open)."""
+        return self.since_us if self.since_us is not None else -FOREVER_US
+
+    @property
+    def hi_us(self) -> int:
+        """The window's end, excluded (a far future when open)."""
+        return self.until_us if self.until_us is not None else FOREVER_US
+
+
+@dataclass(slots=True)
+class OpGroup:
+    """One (driver, operation) in the window: counts, and percentiles of succeeded durations."""
+
+    driver: str
+    operation: str
+    succeeded: int
+    failed: int
+    p50_us: int | None
+    p90_us: int | None
+    p99_us: int | None
+    max_us: int | None
+    sum_us: int
+
+
+@dataclass(slots=True)
+class SeriesBucket:
+    """Succeeded publish operations of one driver ending in one time bucket."""
+
+    driver: str
+    bucket_us: int
+    count: int
+    p50_us: int
+    p90_us: int
+
+
+@dataclass(slots=True)
+class Distribution:
+    """Count, nearest-rank percentiles, max and sum of whole-µs values."""
+
+    count: int = 0
+    p50_us: int | None = None
+    p90_us: int | None = None
+    p99_us: int | None = None
+    max_us: int | None = None
+    sum_us: int = 0
+
+
+@dataclass(slots=True)
+class UncertainTotals:
+    """Uncertain time in the window: the top volumes, how many there are, totals per node."""
+
+    top: list[UncertainVolume]
+    volumes: int
+    by_node: list[UncertainNode]
+
+
+@dataclass(slots=True)
+class ReportInputs:
+    """The aggregates a report is built from (computed in memory or by the store's engine)."""
+
+    op_groups: list[OpGroup]
+    failures: list[FailureFigure]
+    series: list[SeriesBucket]
+    bucket_us: int
+    uncertain: UncertainTotals
+    open_spans: list[UncertainSpan]
+    nodes: list[NodeStats]
+    windows: dict[str, NodeWindow] | None
+    gaps: list[GapFigure]
+    pod_ready: Distribution
+    pending_pods: int
+
+
+def series_frame(query: ReportQuery, first_ended_us: int | None) -> tuple[int, int]:
+    """(start, bucket width) of the latency series, both in µs.
+
+    It starts at `since` (else at the first operation ended in the window,
+    else now) and ends at `until` (else now), in `query.buckets` buckets.
+    """
+    if query.since_us is not None:
+        start = query.since_us
+    else:
+        start = first_ended_us if first_ended_us is not None else query.now_us
+    end = max(query.until_us if query.until_us is not None else query.now_us, start + 1)
+    buckets = max(1, query.buckets)
+    return start, max(1, -(-(end - start) // buckets))
 
 
 def _sort_key_phase(item: LatencyFigure) -> tuple[str, int, str]:
     return (item.driver, PHASE_ORDER.index(item.phase), item.operation)
 
 
-def latency_figures(ops: Iterable[OpRow]) -> list[LatencyFigure]:
-    """Per (driver, operation): counts and p50/p90/p99/mean/max of succeeded durations."""
-    ok: dict[tuple[str, str], list[float]] = defaultdict(list)
+def in_window(query: ReportQuery, us: int) -> bool:
+    """True if `us` lies in the query's window."""
+    return query.lo_us <= us < query.hi_us
+
+
+# --------------------------------------------------------------------------
+# Aggregates in Python (the reference the store's SQL matches)
+
+
+def distribution(values_us: Iterable[int]) -> Distribution:
+    """Count, percentiles, max and sum of whole-µs values."""
+    values = sorted(values_us)
+    if not values:
+        return Distribution()
+    return Distribution(
+        len(values),
+        percentile(values, 50),
+        percentile(values, 90),
+        percentile(values, 99),
+        values[-1],
+        sum(values),
+    )
+
+
+def op_groups(ops: Iterable[OpRow]) -> list[OpGroup]:
+    """Per (driver, operation): counts and the distribution of succeeded durations."""
+    ok: dict[tuple[str, str], list[int]] = defaultdict(list)
     failed: dict[tuple[str, str], int] = defaultdict(int)
-    for driver, operation, _ended, duration, is_failed, _code, _final in ops:
+    for driver, operation, _ended, duration_us, is_failed, _code, _final in ops:
         key = (driver, operation)
         if is_failed:
             failed[key] += 1
         else:
-            ok[key].append(duration)
-    result = []
-    for key in sorted(set(ok) | set(failed)):
-        values = sorted(ok.get(key, ()))
-        n_fail = failed.get(key, 0)
-        result.append(
-            LatencyFigure(
-                driver=key[0],
-                operation=key[1],
-                phase=phase_of(key[1]),
-                count=len(values) + n_fail,
-                succeeded=len(values),
-                failed=n_fail,
-                p50_s=percentile(values, 50),
-                p90_s=percentile(values, 90),
-                p99_s=percentile(values, 99),
-                mean_s=math.fsum(values) / len(values) if values else None,
-                max_s=values[-1] if values else None,
-                sum_s=sum(values),
+            ok[key].append(duration_us)
+    groups = []
+    for key in set(ok) | set(failed):
+        d = distribution(ok.get(key, ()))
+        groups.append(
+            OpGroup(
+                *key, d.count, failed.get(key, 0), d.p50_us, d.p90_us, d.p99_us, d.max_us, d.sum_us
             )
         )
-    result.sort(key=_sort_key_phase)
-    return result
+    return groups
 
 
 def failure_figures(ops: Iterable[OpRow]) -> list[FailureFigure]:
-    """Failed operations counted by (driver, operation, code, final); most frequent first."""
+    """Failed operations counted by (driver, operation, code, final)."""
     counts: dict[tuple[str, str, str, bool], int] = defaultdict(int)
     for driver, operation, _ended, _duration, is_failed, code, final in ops:
         if is_failed:
             counts[(driver, operation, code, bool(final))] += 1
-    result = [FailureFigure(d, o, c, f, n) for (d, o, c, f), n in counts.items()]
-    result.sort(key=lambda x: (-x.count, x.driver, x.operation, x.code, x.final))
+    return [FailureFigure(d, o, c, f, n) for (d, o, c, f), n in counts.items()]
+
+
+def series_buckets(
+    ops: Iterable[OpRow], start_us: int, width_us: int, buckets: int
+) -> list[SeriesBucket]:
+    """Succeeded publish operations per driver and time bucket, ended at or after `start_us`."""
+    grouped: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for driver, operation, ended, duration_us, is_failed, _code, _final in ops:
+        if is_failed or ended < start_us or operation not in PUBLISH_OPERATIONS:
+            continue
+        bucket = min(buckets - 1, (ended - start_us) // width_us)
+        grouped[(driver, start_us + bucket * width_us)].append(duration_us)
+    result = []
+    for (driver, bucket_us), values in grouped.items():
+        d = distribution(values)
+        assert d.p50_us is not None and d.p90_us is not None
+        result.append(SeriesBucket(driver, bucket_us, d.count, d.p50_us, d.p90_us))
     return result
 
 
-def latency_series(
-    ops: Iterable[OpRow], start_us: int, end_us: int, buckets: int
-) -> tuple[list[SeriesPoint], float]:
-    """Publish-phase latency per driver in `buckets` equal time buckets; (points, bucket_s)."""
-    width = max(1, math.ceil(max(1, end_us - start_us) / max(1, buckets)))
-    grouped: dict[tuple[str, int], list[float]] = defaultdict(list)
-    for driver, operation, ended, duration, is_failed, _code, _final in ops:
-        if is_failed or ended < start_us or PHASES.get(operation) != "publish":
-            continue
-        bucket = min(buckets - 1, (ended - start_us) // width)
-        grouped[(driver, start_us + bucket * width)].append(duration)
-    points = []
-    for (driver, bucket_us), values in sorted(grouped.items()):
-        values.sort()
-        p50, p90 = percentile(values, 50), percentile(values, 90)
-        assert p50 is not None and p90 is not None
-        points.append(SeriesPoint(driver, bucket_us, len(values), p50, p90))
-    return points, width / 1e6
+SpanRow = tuple[str, str, str, int, int]
+"""(node, volume_id, kind, from_us, to_us) of a closed Uncertain span."""
 
 
-def _overlap_s(from_us: int, to_us: int, since_us: int | None) -> float:
-    start = from_us if since_us is None else max(from_us, since_us)
-    return max(0, to_us - start) / 1e6
+def uncertain_totals(
+    closed: Iterable[SpanRow], open_spans: Iterable[UncertainSpan], query: ReportQuery
+) -> UncertainTotals:
+    """Time Uncertain per (node, volume, kind) inside the window, open spans up to now.
 
-
-def uncertain_figures(
-    closed: Iterable[tuple[str, str, str, int, int]],
-    open_spans: Iterable[UncertainSpan],
-    now_us: int,
-    since_us: int | None,
-    stuck_threshold_s: float,
-) -> tuple[list[UncertainVolume], list[UncertainNow]]:
-    """Time Uncertain per (node, volume, kind) inside the window, and what is Uncertain now.
-
-    `closed` holds (node, volume_id, kind, from_us, to_us) of closed spans.
-    Open spans count up to `now_us`.
+    A closed span counts if it ended at or after `since` and began before
+    `until`; an open one if it began before `until`.
     """
-    totals: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    lo, hi = query.lo_us, query.hi_us
+    totals: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for node, volume_id, kind, from_us, to_us in closed:
-        if since_us is not None and to_us < since_us:
-            continue
-        acc = totals[(node, volume_id, kind)]
-        acc[0] += _overlap_s(from_us, to_us, since_us)
-        acc[1] += 1
-    now_list = []
+        if to_us >= lo and from_us < hi:
+            acc = totals[(node, volume_id, kind)]
+            acc[0] += max(0, min(to_us, hi) - max(from_us, lo))
+            acc[1] += 1
     for span in open_spans:
-        acc = totals[(span.node, span.volume_id, span.kind)]
-        acc[0] += _overlap_s(span.from_us, now_us, since_us)
-        acc[1] += 1
-        acc[2] = 1.0
+        if span.from_us < hi:
+            acc = totals[(span.node, span.volume_id, span.kind)]
+            acc[0] += max(0, min(query.now_us, hi) - max(span.from_us, lo))
+            acc[1] += 1
+            acc[2] = 1
+    ranked = sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    top = [
+        UncertainVolume(node, vid, kind, acc[0] / 1e6, acc[1], acc[2] > 0)
+        for (node, vid, kind), acc in ranked[: max(0, query.top)]
+    ]
+    per_node: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for (node, _vid, kind), acc in totals.items():
+        entry = per_node[(node, kind)]
+        entry[0] += acc[0]
+        entry[1] += 1
+        entry[2] += acc[1]
+    by_node = [
+        UncertainNode(node, kind, e[0] / 1e6, e[1], e[2])
+        for (node, kind), e in sorted(per_node.items())
+    ]
+    return UncertainTotals(top, len(totals), by_node)
+
+
+# --------------------------------------------------------------------------
+# Figures from aggregates (one code for both)
+
+
+def _s(us: int | None) -> float | None:
+    return None if us is None else us / 1e6
+
+
+def latency_figures(groups: Iterable[OpGroup]) -> list[LatencyFigure]:
+    """Latency figures, by driver, phase and operation."""
+    result = [
+        LatencyFigure(
+            driver=g.driver,
+            operation=g.operation,
+            phase=phase_of(g.operation),
+            count=g.succeeded + g.failed,
+            succeeded=g.succeeded,
+            failed=g.failed,
+            p50_s=_s(g.p50_us),
+            p90_s=_s(g.p90_us),
+            p99_s=_s(g.p99_us),
+            mean_s=g.sum_us / g.succeeded / 1e6 if g.succeeded else None,
+            max_s=_s(g.max_us),
+            sum_s=g.sum_us / 1e6,
+        )
+        for g in groups
+    ]
+    result.sort(key=_sort_key_phase)
+    return result
+
+
+def uncertain_now(
+    open_spans: Iterable[UncertainSpan], now_us: int, stuck_threshold_s: float
+) -> list[UncertainNow]:
+    """What is Uncertain now, longest first; `stuck` past the threshold."""
+    result = []
+    for span in open_spans:
         seconds = max(0, now_us - span.from_us) / 1e6
-        now_list.append(
+        result.append(
             UncertainNow(
                 span.node,
                 span.stream,
@@ -281,13 +480,8 @@ def uncertain_figures(
                 span.reconstructed,
             )
         )
-    volumes = [
-        UncertainVolume(node, vid, kind, round(acc[0], 6), int(acc[1]), acc[2] > 0)
-        for (node, vid, kind), acc in totals.items()
-    ]
-    volumes.sort(key=lambda v: (-v.seconds, v.node, v.volume_id, v.kind))
-    now_list.sort(key=lambda u: (-u.seconds, u.node, u.stream))
-    return volumes, now_list
+    result.sort(key=lambda u: (-u.seconds, u.node, u.stream))
+    return result
 
 
 def node_figures(
@@ -336,65 +530,47 @@ def node_figures(
     return result
 
 
-def pod_ready_figure(durations_s: Iterable[float], pending: int) -> PodReadyFigure:
+def pod_ready_figure(ready: Distribution, pending: int) -> PodReadyFigure:
     """Percentiles of pod mount-to-ready durations."""
-    values = sorted(durations_s)
     return PodReadyFigure(
-        count=len(values),
+        count=ready.count,
         pending=pending,
-        p50_s=percentile(values, 50),
-        p90_s=percentile(values, 90),
-        p99_s=percentile(values, 99),
-        max_s=values[-1] if values else None,
-        sum_s=sum(values),
+        p50_s=_s(ready.p50_us),
+        p90_s=_s(ready.p90_us),
+        p99_s=_s(ready.p99_us),
+        max_s=_s(ready.max_us),
+        sum_s=ready.sum_us / 1e6,
     )
 
 
-@dataclass(slots=True)
-class ReportInputs:
-    """The facts a report is computed from (in memory or read from a store)."""
-
-    ops: list[OpRow]
-    closed_spans: list[tuple[str, str, str, int, int]]
-    open_spans: list[UncertainSpan]
-    nodes: list[NodeStats]
-    windows: dict[str, NodeWindow] | None
-    gaps: list[GapFigure]
-    pod_ready_s: list[float]
-    pending_pods: int
-
-
-def build_report(
-    inputs: ReportInputs,
-    *,
-    now_us: int,
-    since_us: int | None = None,
-    lag_threshold_s: float = 300.0,
-    stuck_threshold_s: float = 600.0,
-    buckets: int = 24,
-) -> Report:
-    """Every figure from the facts. `inputs.ops` and `pod_ready_s` must already be cut to
-    the window (ended / ready at or after `since_us`)."""
-    ops = inputs.ops
-    volumes, now_list = uncertain_figures(
-        inputs.closed_spans, inputs.open_spans, now_us, since_us, stuck_threshold_s
+def build_report(inputs: ReportInputs, query: ReportQuery) -> Report:
+    """Every figure from the aggregates of the window `query` names."""
+    nodes = node_figures(
+        inputs.nodes, inputs.windows, inputs.gaps, query.now_us, query.lag_threshold_s
     )
-    nodes = node_figures(inputs.nodes, inputs.windows, inputs.gaps, now_us, lag_threshold_s)
-    start = since_us if since_us is not None else min((o[2] for o in ops), default=now_us)
-    series, bucket_s = latency_series(ops, start, max(now_us, start + 1), buckets)
+    failures = sorted(
+        inputs.failures, key=lambda x: (-x.count, x.driver, x.operation, x.code, x.final)
+    )
+    series = [
+        SeriesPoint(b.driver, b.bucket_us, b.count, b.p50_us / 1e6, b.p90_us / 1e6)
+        for b in sorted(inputs.series, key=lambda b: (b.driver, b.bucket_us))
+    ]
     return Report(
-        generated_us=now_us,
-        since_us=since_us,
-        lag_threshold_s=lag_threshold_s,
-        stuck_threshold_s=stuck_threshold_s,
+        generated_us=query.now_us,
+        since_us=query.since_us,
+        lag_threshold_s=query.lag_threshold_s,
+        stuck_threshold_s=query.stuck_threshold_s,
         events=sum(n.events for n in nodes),
         nodes=nodes,
-        latency=latency_figures(ops),
-        failures=failure_figures(ops),
-        uncertain_volumes=volumes,
-        uncertain_now=now_list,
+        latency=latency_figures(inputs.op_groups),
+        failures=failures,
+        uncertain_volumes=inputs.uncertain.top,
+        uncertain_now=uncertain_now(inputs.open_spans, query.now_us, query.stuck_threshold_s),
         gaps=list(inputs.gaps),
-        pod_ready=pod_ready_figure(inputs.pod_ready_s, inputs.pending_pods),
+        pod_ready=pod_ready_figure(inputs.pod_ready, inputs.pending_pods),
         latency_series=series,
-        bucket_s=bucket_s,
+        bucket_s=inputs.bucket_us / 1e6,
+        until_us=query.until_us,
+        uncertain_volumes_total=inputs.uncertain.volumes,
+        uncertain_by_node=inputs.uncertain.by_node,
     )

@@ -60,20 +60,25 @@ class OpSample:
     final: bool | None = None
 
     def figure_row(self) -> OpRow:
-        """The tuple `build_report` reads."""
+        """The tuple the report's aggregates read."""
         return (
             self.driver,
             self.operation,
             self.ended_us,
-            self.duration_s,
+            whole_us(self.duration_s),
             self.failed,
             self.code,
             self.final,
         )
 
 
-OpRow = tuple[str, str, int, float, bool, str, bool | None]
-"""(driver, operation, ended_us, duration_s, failed, code, final) of one finished operation."""
+def whole_us(seconds: float) -> int:
+    """A duration in whole microseconds (the unit the report adds and ranks)."""
+    return round(seconds * 1e6)
+
+
+OpRow = tuple[str, str, int, int, bool, str, bool | None]
+"""(driver, operation, ended_us, duration_us, failed, code, final) of one finished operation."""
 
 
 @dataclass(slots=True)

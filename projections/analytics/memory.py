@@ -5,7 +5,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from events.types import Envelope
-from projections.analytics.figures import NodeWindow, Report, ReportInputs, build_report
+from projections.analytics.figures import (
+    NodeWindow,
+    Report,
+    ReportInputs,
+    ReportQuery,
+    build_report,
+    distribution,
+    failure_figures,
+    in_window,
+    op_groups,
+    series_buckets,
+    series_frame,
+    uncertain_totals,
+)
 from projections.analytics.fold import AnalyticsFold, OpSample, PodReady, UncertainSpan
 from projections.analytics.rows import EventRow, flatten
 
@@ -29,34 +42,46 @@ class MemoryFacts:
         self.closed.extend(changes.closed_spans)
         self.ready.extend(changes.ready)
 
-    def inputs(self, since_us: int | None = None) -> ReportInputs:
-        """The report inputs over rows / facts at or after `since_us`."""
-        windows: dict[str, NodeWindow] | None = None
-        if since_us is not None:
-            windows = {}
-            for row in self.rows:
-                if row.ts_us < since_us:
-                    continue
-                win = windows.get(row.node)
-                if win is None:
-                    windows[row.node] = NodeWindow(1, row.ts_us, row.ts_us)
-                else:
-                    win.events += 1
-                    win.first_us = min(win.first_us, row.ts_us)
-                    win.last_us = max(win.last_us, row.ts_us)
-        cut = since_us if since_us is not None else -(2**62)
+    def windows(self, query: ReportQuery) -> dict[str, NodeWindow] | None:
+        """Per node: events in the window (None when the window is open at both ends)."""
+        if query.since_us is None and query.until_us is None:
+            return None
+        windows: dict[str, NodeWindow] = {}
+        for row in self.rows:
+            if not in_window(query, row.ts_us):
+                continue
+            win = windows.get(row.node)
+            if win is None:
+                windows[row.node] = NodeWindow(1, row.ts_us, row.ts_us)
+            else:
+                win.events += 1
+                win.first_us = min(win.first_us, row.ts_us)
+                win.last_us = max(win.last_us, row.ts_us)
+        return windows
+
+    def inputs(self, query: ReportQuery) -> ReportInputs:
+        """The report's aggregates over the window of `query`."""
+        ops = [s.figure_row() for s in self.samples if in_window(query, s.ended_us)]
+        start, width = series_frame(query, min((o[2] for o in ops), default=None))
+        closed = [
+            (s.node, s.volume_id, s.kind, s.from_us, s.to_us)
+            for s in self.closed
+            if s.to_us is not None
+        ]
+        open_spans = list(self.fold.open_spans.values())
         return ReportInputs(
-            ops=[s.figure_row() for s in self.samples if s.ended_us >= cut],
-            closed_spans=[
-                (s.node, s.volume_id, s.kind, s.from_us, s.to_us)
-                for s in self.closed
-                if s.to_us is not None
-            ],
-            open_spans=list(self.fold.open_spans.values()),
+            op_groups=op_groups(ops),
+            failures=failure_figures(ops),
+            series=series_buckets(ops, start, width, max(1, query.buckets)),
+            bucket_us=width,
+            uncertain=uncertain_totals(closed, open_spans, query),
+            open_spans=open_spans,
             nodes=list(self.fold.nodes.values()),
-            windows=windows,
+            windows=self.windows(query),
             gaps=[],
-            pod_ready_s=[(r.ready_us - r.added_us) / 1e6 for r in self.ready if r.ready_us >= cut],
+            pod_ready=distribution(
+                r.ready_us - r.added_us for r in self.ready if in_window(query, r.ready_us)
+            ),
             pending_pods=len(self.fold.pending_pods),
         )
 
@@ -66,17 +91,21 @@ def report_of(
     *,
     now_us: int,
     since_us: int | None = None,
+    until_us: int | None = None,
     lag_threshold_s: float = 300.0,
     stuck_threshold_s: float = 600.0,
+    top: int = 100,
 ) -> Report:
     """The report of envelopes (of one or many nodes, each in `seq` order), in memory."""
     facts = MemoryFacts()
     for env in envelopes:
         facts.apply(flatten(env))
-    return build_report(
-        facts.inputs(since_us),
+    query = ReportQuery(
         now_us=now_us,
         since_us=since_us,
+        until_us=until_us,
         lag_threshold_s=lag_threshold_s,
         stuck_threshold_s=stuck_threshold_s,
+        top=top,
     )
+    return build_report(facts.inputs(query), query)

@@ -75,6 +75,8 @@ class SimNode:
     now_us: int = T0
     envs: list[Envelope] = field(default_factory=list)
     versions: dict[str, int] = field(default_factory=dict)
+    seq: int = 0
+    """The last seq given (`envs` may be emptied by a caller that streams them)."""
 
     def at(self, seconds: float, stream: str, body: Body) -> Envelope:
         """Append `body` to `stream` at T0 + `seconds` (never before the last event)."""
@@ -86,8 +88,9 @@ class SimNode:
         self.now_us += advance_us
         version = self.versions.get(stream, 0) + 1
         self.versions[stream] = version
+        self.seq += 1
         env = Envelope(
-            seq=len(self.envs) + 1,
+            seq=self.seq,
             stream=stream,
             version=version,
             type=type(body).__name__,

@@ -81,7 +81,8 @@ async def test_a_killed_task_that_never_acked_is_redelivered_and_not_counted_twi
     await publish(js, interleave(nodes))
     db = tmp_path / "a.db"
     first = AnalyticsStore(db)
-    agg = AckNever(first, js, AggregatorConfig(batch=500, fetch_timeout_s=0.5))
+    config = AggregatorConfig(batch=500, fetch_timeout_s=0.5, commit_events=500)
+    agg = AckNever(first, js, config)
     task = asyncio.create_task(agg.run())
     for _ in range(1000):
         if agg.stats.batches:
@@ -89,13 +90,15 @@ async def test_a_killed_task_that_never_acked_is_redelivered_and_not_counted_twi
         await asyncio.sleep(0.01)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    assert agg.stats.batches == 1 and first.count("events") == 500  # committed, not acked
+    # committed, never acked: the first batch, and the next if it was fetched in the meantime
+    committed = first.count("events")
+    assert committed == 500 * agg.stats.batches and agg.stats.batches in (1, 2)
     first.close()
     info = await js.consumer_info(STREAM, "volfsm-analytics")
-    assert info.num_ack_pending == 500 and (info.ack_floor.stream_seq or 0) == 0
+    assert info.num_ack_pending == committed and (info.ack_floor.stream_seq or 0) == 0
 
     store = await ingest(js, db, batch=500)  # the same durable, a new aggregator
-    assert store.counters().duplicates == 500
+    assert store.counters().duplicates == committed
     store.close()
     assert_exact(db, nodes)
 
@@ -196,7 +199,7 @@ async def test_an_undecodable_message_is_kept_counted_and_leaves_no_gap(
     counters = store.counters()
     assert (counters.applied, counters.undecodable) == (9, 1)
     assert store.gaps() == []
-    assert store.count("rejects", "msg_id = ?", ["node-a:5"]) == 1
+    assert [r.msg_id for r in store.rejects()] == ["node-a:5"]
     store.close()
 
 
@@ -209,7 +212,7 @@ async def test_a_nats_server_restart_mid_ingest_stays_exact(
     await publish(js, envs[:half])
     db = tmp_path / "a.db"
     store = AnalyticsStore(db)
-    agg = Aggregator(store, js, AggregatorConfig(batch=100, fetch_timeout_s=0.5))
+    agg = Aggregator(store, js, AggregatorConfig(batch=100, fetch_timeout_s=0.5, commit_events=100))
     stop = asyncio.Event()
     task = asyncio.create_task(agg.run(stop, retry_s=0.2))
     try:

@@ -11,9 +11,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from events.streams import pod_stream, podvol_stream
+from events.types import PodAdded, VolumeMountUncertain
 from tests.analytics.feed import feed
 from tests.analytics.scenario import NOW_US, E, N, node1, node2
-from tests.analytics.sim import interleave
+from tests.analytics.sim import T0, SimNode, interleave
 from tests.analytics.test_metrics import ANALYTICS_FAMILIES
 from tests.helpers.prometheus import families, sample
 from volfsm.analytics.dashboard import StoreReportSource, dashboard_server
@@ -192,3 +194,35 @@ async def test_http_endpoints(dashboard: HttpServer) -> None:
     status, head, body = await request("HEAD", "/")
     assert status == 200 and b"Content-Type: text/html; charset=utf-8" in head and body == b""
     assert (await request("POST", "/api/report"))[0] == 405
+
+
+async def test_per_node_panels_show_the_top_nodes_and_count_the_rest(tmp_path: Path) -> None:
+    sims = []
+    for i in range(1000):  # node i's last event is i ms after T0: node-0000 is the most silent
+        sim = SimNode(f"node-{i:04d}", now_us=T0 + i * 1000)
+        uid = f"pod-{i}"
+        sim.emit(pod_stream(uid), PodAdded(pod_uid=uid, namespace="ns", name=uid))
+        if i % 50 == 7:  # 20 nodes with a pod-volume Uncertain now
+            sim.emit(
+                podvol_stream(uid, "v"),
+                VolumeMountUncertain(volume_id="vol", pod_uid=uid, volume_name="v", reason="x"),
+            )
+        sims.append(sim)
+    db = tmp_path / "a"
+    with AnalyticsStore(db) as store:
+        feed(store, interleave([s.envs for s in sims]), batch=500)
+    server = dashboard_server(StoreReportSource(db, clock=lambda: NOW_US))
+    await server.start()
+    try:
+        page = await rendered_dom(server.url, tmp_path / "chromium")
+    finally:
+        await server.stop()
+    assert "1000 nodes" in page.text["status"]
+    lag = page.in_box("node-lag", "rect", "bar")
+    assert [b["data-node"] for b in lag] == [f"node-{i:04d}" for i in range(20)]
+    [rest] = page.in_box("node-lag", "text", "rest")
+    assert rest["data-rest"] == "980" and "980 more nodes" in page.text["node-lag"]
+    uncertain = page.in_box("uncertain-volumes", "rect", "bar")
+    assert [u["data-node"] for u in uncertain] == [f"node-{i:04d}" for i in range(7, 1000, 50)]
+    [rest] = page.in_box("uncertain-volumes", "text", "rest")
+    assert rest["data-rest"] == "980"

@@ -1,5 +1,9 @@
 """Fixtures: a 3-server NATS JetStream cluster, volfsm nodes and aggregators; all cleaned up.
 
+The cluster runs volfsm's roles (deploy/nats/roles/) for nodes n1, n2, n3
+and ghost, plus a test user with every right that connections without
+credentials log in as (the tests' own observers).
+
 Whatever a test does, at its end every node and aggregator it started is
 killed, the cluster is stopped, every mount under its tmp dir is unmounted
 and the dir is removed.
@@ -15,8 +19,12 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.harness import AggregatorProcess, Node
+from tests.helpers.natsroles import roles_config
 from tests.service.helpers import unmount_under
 from volfsm.bus.cluster import NatsCluster
+
+CLUSTER_NODES = ("n1", "n2", "n3", "ghost")
+"""The nodes the cluster has `node` role users for."""
 
 
 @dataclass
@@ -45,7 +53,7 @@ class Setup:
 def setup(tmp_path: Path) -> Iterator[Setup]:
     """A started 3-server cluster under tmp_path; nodes and aggregators made through it."""
     base = tmp_path / "cluster"
-    cluster = NatsCluster(base / "nats", 3)
+    cluster = NatsCluster(base / "nats", 3, extra_config=roles_config(CLUSTER_NODES, root=True))
     made = Setup(base, cluster)
     try:
         cluster.start()

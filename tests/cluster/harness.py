@@ -116,10 +116,14 @@ class Commander:
         self.nc = nc
 
     @classmethod
-    async def connect(cls, urls: list[str]) -> Commander:
-        """Connect (reconnecting forever to any of `urls`)."""
+    async def connect(cls, urls: list[str], **options: Any) -> Commander:
+        """Connect (reconnecting forever to any of `urls`); `options`: credentials, inbox."""
         nc = await nats.connect(
-            servers=urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2, connect_timeout=2
+            servers=urls,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.2,
+            connect_timeout=2,
+            **options,
         )
         return cls(nc)
 

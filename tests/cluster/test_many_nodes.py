@@ -8,6 +8,11 @@ through: a SIGKILL of the aggregator and its restart, a SIGKILL of the
 stream leader's server and its restart. A node that stops (SIGSTOP) shows
 up as lagging; a real hole in a node's seq (a crafted event) is reported,
 and it is the only gap ever noticed.
+
+Every side runs in its role (deploy/nats/roles/): the admin creates the R3
+stream with `volfsm stream create`, the nodes only check it
+(`--stream-setup check`) and may touch only their own subjects, the
+aggregator has its read-only role, the commands come with the client's.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import nats
 import nats.errors
 import pytest
 from nats.js import JetStreamContext
+from typer.testing import CliRunner
 
 from events.codec import envelope_to_json
 from events.log import EventLog
@@ -31,9 +38,20 @@ from projections.analytics import ROW_COLUMNS, flatten, report_of
 from tests.analytics.feed import report_from, without_publish_lag
 from tests.cluster.conftest import Setup
 from tests.cluster.harness import Commander, Node, Workload, wait_for
+from tests.helpers.natsroles import (
+    ADMIN,
+    AGGREGATOR,
+    CLIENT,
+    cli_login,
+    login,
+    node_login,
+    node_serve_args,
+)
 from tests.helpers.prometheus import sample
 from volfsm.analytics.store import AnalyticsStore, StoreError
 from volfsm.bus.cluster import NatsCluster
+from volfsm.bus.roles import CLIENT_INBOX_PREFIX
+from volfsm.cli import app
 
 STREAM = "VOLFSM"
 GHOST = "ghost"
@@ -137,6 +155,23 @@ async def publish_ghost(js: JetStreamContext) -> None:
         )
 
 
+def create_stream(url: str) -> None:
+    """`volfsm stream create --replicas 3` with the admin credential."""
+    made = CliRunner().invoke(
+        app, ["stream", "create", "--nats", url, "--replicas", "3", *cli_login(ADMIN)]
+    )
+    assert made.exit_code == 0, made.output
+
+
+async def publish_as_ghost(urls: list[str]) -> None:
+    """The ghost's events, published with the ghost node's own role."""
+    nc = await nats.connect(servers=urls, **node_login(GHOST))
+    try:
+        await publish_ghost(nc.jetstream())
+    finally:
+        await nc.close()
+
+
 def op_counts(rows: list[tuple[object, ...]]) -> Counter[tuple[object, ...]]:
     """(node, type, operation, code, final) -> how many."""
     return Counter(rows)
@@ -146,22 +181,25 @@ async def test_three_nodes_r3_stream_exact_through_leader_and_aggregator_crashes
     setup: Setup,
 ) -> None:
     cluster = setup.cluster
-    nodes = [setup.node(f"n{i + 1}", cluster.urls[i], "--stream-replicas", "3") for i in range(3)]
+    names = [f"n{i + 1}" for i in range(3)]
+    nodes = [setup.node(n, cluster.urls[i], *node_serve_args(n)) for i, n in enumerate(names)]
     by_name = {n.name: n for n in nodes}
-    # Arrange: the aggregator first (it waits for the stream); the first node
-    # creates the R3 stream, the other two join it
+    # Arrange: the admin creates the R3 stream; the aggregator, then the nodes
+    # (each on its own server), each in its role
+    await asyncio.to_thread(create_stream, cluster.url)
     db = setup.base / "analytics.db"
-    agg = setup.aggregator(db, "--batch", "20", "--lag-threshold", "3")
+    agg = setup.aggregator(db, "--batch", "20", "--lag-threshold", "3", *cli_login(AGGREGATOR))
     agg.start()
-    nodes[0].proc.start(wait_ready=False)
-    await asyncio.to_thread(nodes[0].proc.wait_ready, 90)
-    for node in nodes[1:]:
+    for node in nodes:
         node.proc.start(wait_ready=False)
-    for node in nodes[1:]:
+    for node in nodes:
         await asyncio.to_thread(node.proc.wait_ready, 90)
-    cmd = await Commander.connect(cluster.urls)
+    cmd = await Commander.connect(cluster.urls, **login(CLIENT), inbox_prefix=CLIENT_INBOX_PREFIX)
+    admin = await nats.connect(
+        servers=cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2, **login(ADMIN)
+    )
     try:
-        js = cmd.nc.jetstream()
+        js = admin.jetstream()
         info = await js.stream_info(STREAM)
         assert info.config.num_replicas == 3
         assert info.cluster is not None and len(info.cluster.replicas or []) == 2
@@ -220,7 +258,7 @@ async def test_three_nodes_r3_stream_exact_through_leader_and_aggregator_crashes
             await work[name].finish(f"{name}-beat")
 
         # Act 5: a gap in a node's seq
-        await publish_ghost(js)
+        await publish_as_ghost(cluster.urls)
         want_gap = [{"node": GHOST, "from_seq": 3, "to_seq": 3, "missing": 1}]
         await wait_for(
             "the ghost's gap reported",
@@ -241,6 +279,7 @@ async def test_three_nodes_r3_stream_exact_through_leader_and_aggregator_crashes
             assert sum((held.state.subjects or {}).values()) == len(envs)
     finally:
         await cmd.close()
+        await admin.close()
     total = sum(len(e) for e in logs.values())
     await wait_for(
         "every event in the store",

@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
@@ -40,10 +40,11 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from events.subjects import parse_msg_id
+from events.subjects import event_subject_node, parse_msg_id
 from volfsm.analytics.defaults import DEFAULT_DURABLE, EVENT_SUBJECTS
-from volfsm.analytics.ingest import UNREADABLE, Ingestor
-from volfsm.analytics.store import AnalyticsStore, Batch
+from volfsm.analytics.fetch import fetch
+from volfsm.analytics.ingest import UNREADABLE, BatchBuilder, Ingestor, IngestStore
+from volfsm.analytics.partition import check_partitioned
 from volfsm.bus.stream import MSG_ID_HEADER
 
 
@@ -70,6 +71,15 @@ class AggregatorConfig:
     start: StartFrom = StartFrom.RESUME
     start_time_us: int | None = None
     """With `StartFrom.TIME`: the first message stored at or after this UTC µs."""
+    partition: int | None = None
+    """The ingest partition this aggregator owns (None: the whole stream); `subjects` and
+    `durable` must be the partition's (`partition_subjects`, `partition_durable`)."""
+    partitions: int = 1
+    commit_events: int = 5000
+    """Fetches are applied as they come and committed together once this many events wait
+    (or a fetch comes back short: the consumer has caught up)."""
+    commit_interval_s: float = 1.0
+    """... or the oldest uncommitted fetch is this old."""
 
 
 def _now_us() -> int:
@@ -80,11 +90,25 @@ def _start_time(us: int) -> datetime:
     return datetime.fromtimestamp(us / 1e6, tz=UTC)
 
 
+def _max_ack_pending(cfg: AggregatorConfig) -> int:
+    """Deliveries a consumer may leave unacknowledged: a group committing and one filling."""
+    return max(1000, 2 * (cfg.commit_events + cfg.batch) + cfg.batch)
+
+
+def _group_size(cfg: AggregatorConfig, max_ack_pending: int | None) -> int:
+    """Events to group into one commit under a consumer's unacknowledged limit."""
+    if max_ack_pending is None or max_ack_pending < 0:
+        return cfg.commit_events
+    return max(1, min(cfg.commit_events, (max_ack_pending - cfg.batch) // 2 - cfg.batch))
+
+
 def _msg_id(msg: Msg) -> tuple[str, int] | None:
+    """(node, seq) from the msg id, if it names the node whose subject the message came on."""
     try:
-        return parse_msg_id((msg.headers or {}).get(MSG_ID_HEADER, ""))
+        key = parse_msg_id((msg.headers or {}).get(MSG_ID_HEADER, ""))
     except ValueError:
         return None
+    return key if key[0] == event_subject_node(msg.subject) else None
 
 
 class Aggregator:
@@ -92,7 +116,7 @@ class Aggregator:
 
     def __init__(
         self,
-        store: AnalyticsStore,
+        store: IngestStore,
         js: JetStreamContext,
         config: AggregatorConfig | None = None,
         *,
@@ -107,6 +131,11 @@ class Aggregator:
         self.stream = ""
         self._start = self.config.start
         self._sub: JetStreamContext.PullSubscription | None = None
+        self._pending: tuple[asyncio.Future[None], Msg] | None = None
+        """The batch being committed (in a worker thread) and its last message, to ack after."""
+        self._group: _Group | None = None
+        """Fetches applied and not committed yet."""
+        self._commit_events = self.config.commit_events
 
     # ------------------------------------------------------------- consumer
 
@@ -117,6 +146,8 @@ class Aggregator:
         """
         cfg = self.config
         self.stream = cfg.stream or await self.js.find_stream_name_by_subject(cfg.subjects)
+        if cfg.partition is not None:
+            await check_partitioned(self.js, self.stream, cfg.partitions)
         info = await self._consumer_info()
         if self._start is StartFrom.BEGINNING:
             await self._create(info, DeliverPolicy.ALL)
@@ -129,6 +160,9 @@ class Aggregator:
         else:
             await self._resume(info)
         self._sub = await self.js.pull_subscribe_bind(durable=cfg.durable, stream=self.stream)
+        bound = await self._consumer_info()
+        allowed = bound.config.max_ack_pending if bound is not None else None
+        self._commit_events = _group_size(cfg, allowed)
         self._start = StartFrom.RESUME  # set up again after an error: resume, never rewind
         logger.info("consuming {} ({}) as {}", self.stream, cfg.subjects, cfg.durable)
 
@@ -183,7 +217,7 @@ class Aggregator:
             ack_policy=AckPolicy.ALL,
             ack_wait=cfg.ack_wait_s,
             max_deliver=-1,
-            max_ack_pending=max(1000, 4 * cfg.batch),
+            max_ack_pending=_max_ack_pending(cfg),
             filter_subject=cfg.subjects,
         )
         await self.js.add_consumer(self.stream, config)
@@ -205,8 +239,11 @@ class Aggregator:
                 await self.poll()
             except nats.errors.Error as exc:
                 logger.warning("analytics consumer: {}; retrying", exc or type(exc).__name__)
+                await self._commit_open(ack=False)  # they come again: the ranges know them
                 await self._drop_subscription()
                 await asyncio.sleep(retry_s)
+        with contextlib.suppress(nats.errors.Error):
+            await self.flush()
 
     async def _drop_subscription(self) -> None:
         sub, self._sub = self._sub, None
@@ -226,49 +263,106 @@ class Aggregator:
         return total
 
     async def poll(self) -> int:
-        """Fetch one batch, apply and commit it, then ack it. How many messages came.
+        """Fetch and apply one batch; commit what waits when due. How many messages came.
 
-        If the commit fails the in-memory state is ahead of the store: drop
+        Fetches are grouped into one commit (`commit_events`,
+        `commit_interval_s`; a short fetch commits at once). Commits are
+        pipelined: one runs in a worker thread while the next fetches are
+        applied; it starts once the one before is committed, and a commit's
+        messages are acknowledged only after it (here, for the commit
+        before, or by `flush`). An empty fetch flushes.
+
+        If a commit fails the in-memory state is ahead of the store: drop
         this aggregator and build a new one (it reloads the committed state).
         A cancelled poll still waits for a commit already under way.
         """
         msgs = await self._fetch()
         if not msgs:
+            await self.flush()
             return 0
-        batch = self._apply(msgs)
+        self._add(msgs)
+        group = self._group
+        assert group is not None
+        cfg = self.config
+        if (
+            len(msgs) < cfg.batch
+            or group.events >= self._commit_events
+            or time.monotonic() - group.since >= cfg.commit_interval_s
+        ):
+            await self._commit_open(ack=True)
+        return len(msgs)
+
+    async def flush(self) -> None:
+        """Commit what was applied, wait for the commit, then acknowledge it."""
+        await self._commit_open(ack=True)
+        last = await self._committed()
+        if last is not None:
+            await self._ack(last)
+
+    async def _commit_open(self, *, ack: bool) -> None:
+        """Start committing the applied fetches (after the commit before is done).
+
+        With `ack`, acknowledge the commit before; else wait for both, acking nothing.
+        """
+        group, self._group = self._group, None
+        if group is None:
+            return
+        for node, msg in group.last_of_node.items():
+            group.builder.stored_at(node, int(msg.metadata.timestamp.timestamp() * 1_000_000))
+        batch = group.builder.finish((self.stream, group.last.metadata.sequence.stream))
+        done = await self._committed()
         commit = asyncio.ensure_future(asyncio.to_thread(self.store.commit, batch))
+        self._pending = (commit, group.last)
+        if not ack:
+            await self._committed()
+        elif done is not None:
+            try:
+                await self._ack(done)
+            except asyncio.CancelledError:
+                await self._committed()
+                raise
+
+    async def _committed(self) -> Msg | None:
+        """Wait for the commit under way (if any); the last message of its batch."""
+        if self._pending is None:
+            return None
+        commit, last = self._pending
         try:
             await asyncio.shield(commit)
         except asyncio.CancelledError:
             await asyncio.wait([commit])
             raise
-        self.stats.batches += 1
-        self.stats.last_commit_us = self.clock()
-        await self._ack(msgs[-1])
-        return len(msgs)
+        finally:
+            if commit.done():
+                self._pending = None
+                if not commit.cancelled() and commit.exception() is None:
+                    self.stats.batches += 1
+                    self.stats.last_commit_us = self.clock()
+        commit.result()
+        return last
 
     async def _fetch(self) -> list[Msg]:
         assert self._sub is not None, "call prepare() first"
         try:
-            msgs: list[Msg] = await self._sub.fetch(
-                self.config.batch, timeout=self.config.fetch_timeout_s
-            )
+            return await fetch(self._sub, self.config.batch, self.config.fetch_timeout_s)
         except (TimeoutError, NatsTimeoutError):
             return []
-        return msgs
 
     async def _ack(self, last: Msg) -> None:
         """Acknowledge a committed batch: with AckPolicy.ALL its last message covers it."""
         await last.ack_sync(timeout=5)
 
-    def _apply(self, msgs: list[Msg]) -> Batch:
-        """Flatten, dedupe and fold a batch; the changes to commit."""
-        builder = self.ingestor.batch()
+    def _add(self, msgs: list[Msg]) -> None:
+        """Flatten, dedupe and fold fetched messages into the open group."""
+        group = self._group
+        if group is None:
+            group = self._group = _Group(self.ingestor.batch(), msgs[-1], time.monotonic())
+        builder = group.builder
         add = builder.add
-        last_msg: dict[str, Msg] = {}
+        last_of_node = group.last_of_node
         for msg in msgs:
             try:
-                row = add(msg.data)
+                row = add(msg.data, event_subject_node(msg.subject))
             except UNREADABLE as exc:
                 builder.reject(
                     msg.data,
@@ -279,7 +373,17 @@ class Aggregator:
                 )
                 continue
             if row is not None:
-                last_msg[row.node] = msg
-        for node, msg in last_msg.items():
-            builder.stored_at(node, int(msg.metadata.timestamp.timestamp() * 1_000_000))
-        return builder.finish((self.stream, msgs[-1].metadata.sequence.stream))
+                last_of_node[row.node] = msg
+        group.last = msgs[-1]
+        group.events += len(msgs)
+
+
+@dataclass(slots=True)
+class _Group:
+    """Fetches applied into one batch builder, not committed yet."""
+
+    builder: BatchBuilder
+    last: Msg
+    since: float
+    events: int = 0
+    last_of_node: dict[str, Msg] = field(default_factory=dict)

@@ -10,7 +10,7 @@ import asyncio
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -18,8 +18,12 @@ from projections.textfmt import TIME_HELP, parse_time
 from volfsm.analytics.defaults import (
     DEFAULT_DURABLE,
     DEFAULT_LAG_THRESHOLD_S,
+    DEFAULT_PARTITIONS,
     DEFAULT_STUCK_THRESHOLD_S,
+    DEFAULT_TOP_VOLUMES,
     EVENT_SUBJECTS,
+    partition_durable,
+    partition_subjects,
 )
 
 app = typer.Typer(
@@ -49,6 +53,27 @@ def time_option(text: str | None, option: str) -> int | None:
         raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
+def _auth(name: str, env: str, help_text: str) -> Any:
+    return typer.Option(
+        name, envvar=env, help=help_text, rich_help_panel="NATS credentials", show_default=False
+    )
+
+
+UserOpt = Annotated[str | None, _auth("--nats-user", "VOLFSM_NATS_USER", "NATS user.")]
+PasswordOpt = Annotated[
+    str | None, _auth("--nats-password", "VOLFSM_NATS_PASSWORD", "NATS password.")
+]
+TokenOpt = Annotated[str | None, _auth("--nats-token", "VOLFSM_NATS_TOKEN", "NATS token.")]
+CredsOpt = Annotated[str | None, _auth("--nats-creds", "VOLFSM_NATS_CREDS", "NATS .creds file.")]
+CaOpt = Annotated[str | None, _auth("--nats-tls-ca", "VOLFSM_NATS_TLS_CA", "CA for NATS TLS.")]
+CertOpt = Annotated[
+    str | None, _auth("--nats-tls-cert", "VOLFSM_NATS_TLS_CERT", "Client cert for NATS TLS.")
+]
+KeyOpt = Annotated[
+    str | None, _auth("--nats-tls-key", "VOLFSM_NATS_TLS_KEY", "Client key for NATS TLS.")
+]
+
+
 class Format(StrEnum):
     """Report output format."""
 
@@ -56,9 +81,18 @@ class Format(StrEnum):
     json = "json"
 
 
-DbOpt = Annotated[Path, typer.Option("--db", help="The analytics store (SQLite file).")]
+DbOpt = Annotated[Path, typer.Option("--db", help="The analytics store (a directory).")]
+DbsOpt = Annotated[
+    list[Path],
+    typer.Option(
+        "--db", help="The analytics store (a directory); repeat to read several together."
+    ),
+]
 SinceOpt = Annotated[
     str | None, typer.Option("--since", help=f"Only events since TIME. {TIME_HELP}")
+]
+UntilOpt = Annotated[
+    str | None, typer.Option("--until", help=f"Only events before TIME. {TIME_HELP}")
 ]
 LagOpt = Annotated[
     float,
@@ -104,18 +138,69 @@ def serve(
         ),
     ] = None,
     batch: Annotated[int, typer.Option("--batch", min=1, help="Messages per fetch.")] = 1000,
+    partition: Annotated[
+        int | None,
+        typer.Option(
+            "--partition",
+            min=0,
+            help="Own this ingest partition only (the stream must be partitioned: see "
+            "`partition`).",
+        ),
+    ] = None,
+    partitions: Annotated[
+        int, typer.Option("--partitions", min=1, help="How many ingest partitions there are.")
+    ] = DEFAULT_PARTITIONS,
     lag_threshold: LagOpt = DEFAULT_LAG_THRESHOLD_S,
     stuck_threshold: StuckOpt = DEFAULT_STUCK_THRESHOLD_S,
+    nats_user: UserOpt = None,
+    nats_password: PasswordOpt = None,
+    nats_token: TokenOpt = None,
+    nats_creds: CredsOpt = None,
+    nats_tls_ca: CaOpt = None,
+    nats_tls_cert: CertOpt = None,
+    nats_tls_key: KeyOpt = None,
 ) -> None:
-    """Consume every node's events into the store, exactly once; optionally serve HTTP."""
+    """Consume every node's events into the store, exactly once; optionally serve HTTP.
+
+    With NATS credentials, those of the aggregator role (deploy/nats/roles/).
+    """
     from volfsm.analytics.aggregator import AggregatorConfig, StartFrom
+    from volfsm.analytics.partition import PartitionError
     from volfsm.analytics.report import ReportOptions
     from volfsm.analytics.run import serve as run_serve
     from volfsm.analytics.store import StoreError
+    from volfsm.bus.urls import split_servers
+    from volfsm.service.client import auth_options
+    from volfsm.service.config import ConfigError
 
     if from_start and since is not None:
         fail("--from-start and --since exclude each other")
-    config = AggregatorConfig(durable=durable, stream=stream, batch=batch)
+    try:
+        connect = auth_options(
+            user=nats_user,
+            password=nats_password,
+            token=nats_token,
+            creds=nats_creds,
+            tls_ca=nats_tls_ca,
+            tls_cert=nats_tls_cert,
+            tls_key=nats_tls_key,
+        )
+    except ConfigError as exc:
+        fail(str(exc))
+    try:
+        split_servers(nats_url)
+    except ValueError as exc:
+        fail(f"--nats: {exc}")
+    if partition is not None and partition >= partitions:
+        fail(f"--partition {partition} of --partitions {partitions} does not exist")
+    config = AggregatorConfig(
+        durable=partition_durable(durable, partition),
+        stream=stream,
+        subjects=partition_subjects(partition),
+        batch=batch,
+        partition=partition,
+        partitions=partitions if partition is not None else 1,
+    )
     if from_start:
         config.start = StartFrom.BEGINNING
     elif since is not None:
@@ -124,46 +209,63 @@ def serve(
     address = _host_port(http) if http is not None else None
     options = ReportOptions(lag_threshold_s=lag_threshold, stuck_threshold_s=stuck_threshold)
     try:
-        asyncio.run(run_serve(nats_url, db, config, address, options))
-    except StoreError as exc:
+        asyncio.run(run_serve(nats_url, db, config, address, options, connect))
+    except (StoreError, PartitionError) as exc:
         fail(str(exc))
 
 
 @app.command()
 def report(
-    db: DbOpt,
+    db: DbsOpt,
     since: SinceOpt = None,
+    until: UntilOpt = None,
     output: Annotated[
         Format, typer.Option("--output", "-o", help="Output format.", case_sensitive=False)
     ] = Format.table,
     lag_threshold: LagOpt = DEFAULT_LAG_THRESHOLD_S,
     stuck_threshold: StuckOpt = DEFAULT_STUCK_THRESHOLD_S,
-    now: Annotated[
-        str | None, typer.Option("--now", help=f"Compute as of TIME (default: now). {TIME_HELP}")
+    top: Annotated[
+        int, typer.Option("--top", min=0, help="Volumes listed under time Uncertain.")
+    ] = DEFAULT_TOP_VOLUMES,
+    at: Annotated[
+        str | None, typer.Option("--at", help=f"Compute as of TIME (default: now). {TIME_HELP}")
     ] = None,
+    now: Annotated[str | None, typer.Option("--now", hidden=True)] = None,  # old name of --at
 ) -> None:
-    """The analytics report from a store: operations, failures, Uncertain, nodes, pods."""
+    """The analytics report: operations, failures, Uncertain, nodes, pods.
+
+    Reads only the Parquet files of the --since/--until window; several --db
+    (the partitions of a fleet) are read together.
+    """
     from volfsm.analytics.report import (
         ReportOptions,
         print_report,
+        report_and_counters,
         report_document,
-        store_report,
     )
     from volfsm.analytics.store import AnalyticsStore, StoreError
     from volfsm.render import print_json
 
     options = ReportOptions(
         since_us=time_option(since, "--since"),
+        until_us=time_option(until, "--until"),
         lag_threshold_s=lag_threshold,
         stuck_threshold_s=stuck_threshold,
+        top=top,
     )
-    now_us = time_option(now, "--now")
+    now_us = time_option(at if at is not None else now, "--at")
     try:
         with AnalyticsStore(db, read_only=True) as store:
-            rep = store_report(store, options, now_us=now_us)
-            counters = store.counters()
+            missing = sorted(set(range(store.partitions)) - store.partitions_read)
+            rep, counters = report_and_counters(store, options, now_us=now_us)
     except StoreError as exc:
         fail(str(exc))
+    if missing:
+        typer.echo(
+            f"volfsm: warning: partitions {missing} of {store.partitions} are not in the "
+            "stores read",
+            err=True,
+        )
     if output is Format.json:
         print_json(report_document(rep, counters))
     else:
@@ -172,13 +274,20 @@ def report(
 
 @app.command("export")
 def export_cmd(
-    db: DbOpt,
-    out: Annotated[Path, typer.Option("--out", help="The Parquet file to write.")],
+    db: DbsOpt,
+    out_file: Annotated[
+        Path | None, typer.Option("--out-file", help="The Parquet file to write.")
+    ] = None,
     since: SinceOpt = None,
+    out: Annotated[Path | None, typer.Option("--out", hidden=True)] = None,  # old --out-file
 ) -> None:
-    """Write the flattened events to a Parquet file (needs pyarrow)."""
+    """Write the flattened events to one Parquet file (times as UTC timestamps)."""
     from volfsm.analytics.export import ExportUnavailableError, export_parquet
     from volfsm.analytics.store import AnalyticsStore, StoreError
+
+    out = out_file if out_file is not None else out
+    if out is None:
+        raise typer.BadParameter("give the file to write", param_hint="--out-file")
 
     since_us = time_option(since, "--since")
     try:
@@ -187,3 +296,94 @@ def export_cmd(
     except (StoreError, ExportUnavailableError) as exc:
         fail(str(exc))
     print(f"{rows} events written to {out}", file=sys.stderr)
+
+
+@app.command()
+def migrate(
+    old: Annotated[
+        Path, typer.Option("--from", help="A store of an earlier volfsm (one SQLite file).")
+    ],
+    new: Annotated[Path, typer.Option("--to", help="The new store directory (new or empty).")],
+) -> None:
+    """Convert an analytics store of an earlier volfsm; the old file is only read."""
+    from volfsm.analytics.migrate import migrate as run_migrate
+    from volfsm.analytics.store import StoreError
+
+    try:
+        result = run_migrate(old, new)
+    except StoreError as exc:
+        fail(str(exc))
+    print(
+        f"{result.events} events, {result.samples} operations, {result.spans} Uncertain spans, "
+        f"{result.ready} ready pods of {result.nodes} nodes moved to {new}",
+        file=sys.stderr,
+    )
+
+
+@app.command()
+def partition(
+    nats_url: Annotated[str, typer.Option("--nats", help="NATS server URL(s), comma-separated.")],
+    partitions: Annotated[
+        int, typer.Option("--partitions", min=1, help="How many ingest partitions.")
+    ],
+    stream: Annotated[
+        str | None,
+        typer.Option(
+            "--stream", help=f"JetStream stream (default: the one holding {EVENT_SUBJECTS})."
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Also when the stream holds messages (they stay unpartitioned)."
+        ),
+    ] = False,
+    nats_user: UserOpt = None,
+    nats_password: PasswordOpt = None,
+    nats_token: TokenOpt = None,
+    nats_creds: CredsOpt = None,
+    nats_tls_ca: CaOpt = None,
+    nats_tls_cert: CertOpt = None,
+    nats_tls_key: KeyOpt = None,
+) -> None:
+    """Split the event stream into ingest partitions by node (a stream subject transform).
+
+    Needs a role that may update the stream (admin). Then run one
+    `serve --partition P --partitions N` per partition.
+    """
+    from volfsm.analytics.partition import PartitionError, set_stream_partitions
+    from volfsm.service.client import auth_options
+    from volfsm.service.config import ConfigError
+
+    try:
+        connect = auth_options(
+            user=nats_user,
+            password=nats_password,
+            token=nats_token,
+            creds=nats_creds,
+            tls_ca=nats_tls_ca,
+            tls_cert=nats_tls_cert,
+            tls_key=nats_tls_key,
+        )
+    except ConfigError as exc:
+        fail(str(exc))
+
+    async def run() -> str:
+        import nats
+
+        nc = await nats.connect(servers=nats_url.split(","), **connect)
+        try:
+            js = nc.jetstream()
+            name = stream or await js.find_stream_name_by_subject(EVENT_SUBJECTS)
+            config = await set_stream_partitions(js, name, partitions, force=force)
+            transform = config.subject_transform
+            return f"stream {name}: {transform.src if transform else ''} -> " + (
+                transform.dest if transform else ""
+            )
+        finally:
+            await nc.close()
+
+    try:
+        print(asyncio.run(run()), file=sys.stderr)
+    except PartitionError as exc:
+        fail(str(exc))

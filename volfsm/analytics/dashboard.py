@@ -6,13 +6,15 @@ from anywhere else. Reports are built in a worker thread from a read-only
 connection to the store, one at a time; `/metrics` builds one the same way
 when scraped (`ReportCollector`).
 
-Routes: `/` (the page), `/dashboard.js`, `/api/report[?since=TIME]` (JSON,
-TIME as for `--since`), `/metrics` (Prometheus text), `/healthz`.
+Routes: `/` (the page), `/dashboard.js`, `/api/report[?since=TIME&until=TIME]`
+(JSON, TIME as for `--since`), `/metrics` (Prometheus text), `/healthz`.
+The store may hold several ingest partitions: the report covers them all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +24,7 @@ import msgspec
 from projections.analytics import Report
 from projections.textfmt import parse_time
 from volfsm.analytics.metrics import ReportCollector
-from volfsm.analytics.report import ReportOptions, report_document, store_report
+from volfsm.analytics.report import ReportOptions, report_and_counters, report_document
 from volfsm.analytics.store import AnalyticsStore, IngestCounters, StoreError
 from volfsm.web.exposition import metrics_response, registry_of
 from volfsm.web.http import Handler, HttpServer, Request, Response, static_file
@@ -31,8 +33,8 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 HTML = "text/html; charset=utf-8"
 JAVASCRIPT = "text/javascript; charset=utf-8"
 
-ReportSource = Callable[[int | None], tuple[Report, IngestCounters | None]]
-"""since_us -> (report, the aggregator's counters)."""
+ReportSource = Callable[[int | None, int | None], tuple[Report, IngestCounters | None]]
+"""(since_us, until_us) -> (report, the aggregators' counters)."""
 
 
 class StoreReportSource:
@@ -51,16 +53,13 @@ class StoreReportSource:
         """UTC µs the reports are computed as of (None: now)."""
         self._lock = threading.Lock()
 
-    def __call__(self, since_us: int | None) -> tuple[Report, IngestCounters | None]:
-        options = ReportOptions(
-            since_us=since_us,
-            lag_threshold_s=self.options.lag_threshold_s,
-            stuck_threshold_s=self.options.stuck_threshold_s,
-            buckets=self.options.buckets,
-        )
+    def __call__(
+        self, since_us: int | None, until_us: int | None = None
+    ) -> tuple[Report, IngestCounters | None]:
+        options = dataclasses.replace(self.options, since_us=since_us, until_us=until_us)
+        now = self.clock() if self.clock is not None else None
         with self._lock, AnalyticsStore(self.path, read_only=True) as store:
-            now = self.clock() if self.clock is not None else None
-            return store_report(store, options, now_us=now), store.counters()
+            return report_and_counters(store, options, now_us=now)
 
 
 async def _in_worker(build: Callable[[], Response]) -> Response:
@@ -73,19 +72,20 @@ async def _in_worker(build: Callable[[], Response]) -> Response:
 
 def dashboard_routes(source: ReportSource) -> dict[str, Handler]:
     """The dashboard's routes: the page, its script, the JSON report, metrics, health."""
-    registry = registry_of(ReportCollector(lambda: source(None)))
+    registry = registry_of(ReportCollector(lambda: source(None, None)))
 
-    def report(since_us: int | None) -> Response:
-        doc, ingest = source(since_us)
+    def report(since_us: int | None, until_us: int | None) -> Response:
+        doc, ingest = source(since_us, until_us)
         return Response(200, msgspec.json.encode(report_document(doc, ingest)), "application/json")
 
     async def api_report(request: Request) -> Response:
-        since = request.param("since")
+        since, until = request.param("since"), request.param("until")
         try:
             since_us = parse_time(since) if since else None
+            until_us = parse_time(until) if until else None
         except ValueError as exc:
             return Response(400, f"{exc}\n")
-        return await _in_worker(lambda: report(since_us))
+        return await _in_worker(lambda: report(since_us, until_us))
 
     async def metrics(_request: Request) -> Response:
         return await _in_worker(lambda: metrics_response(registry))

@@ -1,9 +1,10 @@
-"""Parquet export of the flattened events, for DuckDB / Spark users (needs `pyarrow`).
+"""Export of the flattened events as one Parquet file (times as UTC timestamps).
 
 One row per event with the `EventRow` columns, written in row groups read
 from the store in chunks, so memory stays bounded however large the store.
-pyarrow is optional: it is imported only here, and a missing one is
-reported as `ExportUnavailableError`.
+(The store's own files are Parquet too, partitioned by day; this writes
+one file of a window, with `ts_us` typed as a timestamp.) A pyarrow that
+cannot be imported is reported as `ExportUnavailableError`.
 """
 
 from __future__ import annotations

@@ -10,13 +10,35 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 import msgspec
 from loguru import logger
 
 from events.errors import UnknownEventError
-from projections.analytics import EventRow, flatten_json
-from volfsm.analytics.store import AnalyticsStore, Batch, Reject
+from projections.analytics import AnalyticsFold, EventRow, flatten_json
+from volfsm.analytics.store import Batch, Reject, encode_state
+from volfsm.analytics.tracking import SeqRanges
+
+
+class IngestStore(Protocol):
+    """What ingesting needs of a store."""
+
+    path: Path
+    keeps_state_blob: bool
+
+    def load_state(self) -> tuple[SeqRanges, AnalyticsFold]:
+        """The committed applied ranges and open state."""
+        ...
+
+    def commit(self, batch: Batch) -> None:
+        """Write one batch, all of it or none."""
+        ...
+
+    def position(self) -> tuple[str, int] | None:
+        """(stream, stream sequence) of the last committed batch."""
+        ...
 
 
 @dataclass(slots=True)
@@ -34,8 +56,9 @@ class IngestStats:
 class Ingestor:
     """The committed applied ranges and open state, and the batches built on top of them."""
 
-    def __init__(self, store: AnalyticsStore, clock: Callable[[], int]) -> None:
+    def __init__(self, store: IngestStore, clock: Callable[[], int]) -> None:
         self.ranges, self.fold = store.load_state()
+        self.keeps_state_blob = store.keeps_state_blob
         self.clock = clock
         self.stats = IngestStats()
 
@@ -55,13 +78,20 @@ class BatchBuilder:
         self.batch = Batch()
         self.last_of_node: dict[str, EventRow] = {}
 
-    def add(self, data: bytes) -> EventRow | None:
+    def add(self, data: bytes, subject_node: str | None = None) -> EventRow | None:
         """Apply one event body; the new row, or None for a redelivery.
 
         Raises `msgspec.DecodeError` / `UnknownEventError` for a body no
-        decoder reads: pass it to `reject`.
+        decoder reads, and `ForeignEventError` for an event of another node
+        than `subject_node` (the node whose subject it came on): pass them
+        to `reject`. A node's events are what it publishes on its own
+        subjects, which NATS lets only that node do.
         """
         row = flatten_json(data)
+        if subject_node is not None and row.node != subject_node:
+            raise ForeignEventError(
+                f"an event of node {row.node!r} (seq {row.seq}) on node {subject_node}'s subject"
+            )
         fresh, hole = self._accept(row.node, row.seq)
         if not fresh:
             self.batch.duplicates += 1
@@ -108,16 +138,28 @@ class BatchBuilder:
         stats.publish_lag_s = max(0.0, (stream_us - row.ts_us) / 1e6)
 
     def finish(self, position: tuple[str, int] | None = None) -> Batch:
-        """The batch to commit (fold changes and dirty ranges included)."""
+        """The batch to commit: fold changes, and the ranges and open state after it.
+
+        The state is encoded here, so later batches may change the live
+        objects while this one commits.
+        """
         ing = self._ing
         batch = self.batch
         batch.changes = ing.fold.drain()
-        batch.ranges = ing.ranges.take_dirty()
+        if ing.keeps_state_blob:
+            ing.ranges.dirty.clear()
+            batch.state = encode_state(ing.ranges, ing.fold)
+        else:
+            batch.ranges = ing.ranges.take_dirty()
         batch.position = position
         ing.stats.applied += len(batch.rows)
         ing.stats.duplicates += batch.duplicates
         return batch
 
 
-UNREADABLE = (msgspec.DecodeError, UnknownEventError)
+class ForeignEventError(ValueError):
+    """An event whose envelope names another node than the subject it was published on."""
+
+
+UNREADABLE = (msgspec.DecodeError, UnknownEventError, ForeignEventError)
 """What `BatchBuilder.add` raises for a message to `reject`."""

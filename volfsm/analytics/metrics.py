@@ -109,9 +109,7 @@ def _uncertain(report: Report) -> Iterator[Metric]:
     for u in report.uncertain_now:
         now[(u.node, u.kind)] += 1
         stuck[(u.node, u.kind)] += u.stuck
-    seconds: dict[tuple[str, str], float] = defaultdict(float)
-    for v in report.uncertain_volumes:
-        seconds[(v.node, v.kind)] += v.seconds
+    seconds = {(u.node, u.kind): u.seconds for u in report.uncertain_by_node}
     labels = ("node", "kind")
     yield _gauge(
         "uncertain_now",

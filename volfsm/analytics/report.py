@@ -1,9 +1,10 @@
 """The analytics report read from a store: figures, JSON form and tables.
 
-`store_report` reads the facts the aggregator committed (finished
-operations, Uncertain spans, pod readiness, node counters, applied ranges)
-and hands them to `projections.analytics.build_report`; the JSON and
-`/metrics` are two renderings of that one `Report`.
+`store_report` takes one snapshot of the store, has DuckDB reduce the
+facts the aggregators committed (finished operations, Uncertain spans, pod
+readiness) to the report's aggregates over the window, and hands them with
+the node counters and applied ranges to `projections.analytics.build_report`;
+the JSON and `/metrics` are two renderings of that one `Report`.
 """
 
 from __future__ import annotations
@@ -12,11 +13,17 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+import duckdb
 import msgspec
 
-from projections.analytics import Report, ReportInputs, build_report
-from volfsm.analytics.defaults import DEFAULT_LAG_THRESHOLD_S, DEFAULT_STUCK_THRESHOLD_S
-from volfsm.analytics.store import AnalyticsStore, IngestCounters
+from projections.analytics import Report, ReportInputs, ReportQuery, build_report
+from volfsm.analytics.defaults import (
+    DEFAULT_LAG_THRESHOLD_S,
+    DEFAULT_STUCK_THRESHOLD_S,
+    DEFAULT_TOP_VOLUMES,
+)
+from volfsm.analytics.query import StoreQuery
+from volfsm.analytics.store import AnalyticsStore, IngestCounters, Snapshot
 from volfsm.render import fmt_ts, print_line, print_table
 
 
@@ -25,39 +32,62 @@ class ReportOptions:
     """What a report covers and which thresholds it applies."""
 
     since_us: int | None = None
+    until_us: int | None = None
     lag_threshold_s: float = DEFAULT_LAG_THRESHOLD_S
     stuck_threshold_s: float = DEFAULT_STUCK_THRESHOLD_S
     buckets: int = 24
+    top: int = DEFAULT_TOP_VOLUMES
+
+    def query(self, now_us: int | None = None) -> ReportQuery:
+        """The window and thresholds as of `now_us` (default: now)."""
+        return ReportQuery(
+            now_us=now_us if now_us is not None else time.time_ns() // 1000,
+            since_us=self.since_us,
+            until_us=self.until_us,
+            lag_threshold_s=self.lag_threshold_s,
+            stuck_threshold_s=self.stuck_threshold_s,
+            buckets=self.buckets,
+            top=self.top,
+        )
 
 
-def store_inputs(store: AnalyticsStore, since_us: int | None) -> ReportInputs:
-    """The report's facts as committed in `store`, cut to events at or after `since_us`."""
-    return ReportInputs(
-        ops=store.op_rows(since_us),
-        closed_spans=store.closed_spans(since_us),
-        open_spans=store.open_spans(),
-        nodes=store.nodes(),
-        windows=store.windows(since_us) if since_us is not None else None,
-        gaps=store.gaps(),
-        pod_ready_s=store.pod_ready_s(since_us),
-        pending_pods=store.pending_pods(),
-    )
+def snapshot_inputs(snapshot: Snapshot, query: ReportQuery) -> ReportInputs:
+    """The report's aggregates over one store snapshot (DuckDB does the reducing)."""
+    with StoreQuery(snapshot) as engine:
+        return engine.inputs(query)
+
+
+def snapshot_report(
+    snapshot: Snapshot, options: ReportOptions | None = None, *, now_us: int | None = None
+) -> Report:
+    """The report of one store snapshot (as of `now_us`, default: now)."""
+    query = (options or ReportOptions()).query(now_us)
+    return build_report(snapshot_inputs(snapshot, query), query)
 
 
 def store_report(
     store: AnalyticsStore, options: ReportOptions | None = None, *, now_us: int | None = None
 ) -> Report:
     """The report of everything in `store` (as of `now_us`, default: now)."""
-    opts = options or ReportOptions()
-    now = now_us if now_us is not None else time.time_ns() // 1000
-    return build_report(
-        store_inputs(store, opts.since_us),
-        now_us=now,
-        since_us=opts.since_us,
-        lag_threshold_s=opts.lag_threshold_s,
-        stuck_threshold_s=opts.stuck_threshold_s,
-        buckets=opts.buckets,
-    )
+    return report_and_counters(store, options, now_us=now_us)[0]
+
+
+def report_and_counters(
+    store: AnalyticsStore, options: ReportOptions | None = None, *, now_us: int | None = None
+) -> tuple[Report, IngestCounters]:
+    """The report and the aggregators' counters, of one snapshot of `store`.
+
+    A snapshot names files a merge may delete a while later; a report that
+    finds one gone is computed again on a new snapshot.
+    """
+    for attempt in range(3):
+        snapshot = store.snapshot()
+        try:
+            return snapshot_report(snapshot, options, now_us=now_us), snapshot.counters
+        except duckdb.IOException:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def report_document(report: Report, ingest: IngestCounters | None = None) -> dict[str, Any]:
@@ -75,7 +105,8 @@ def _s(value: float | None) -> str:
 def print_report(report: Report, ingest: IngestCounters | None, out: TextIO | None = None) -> None:
     """The report as tables."""
     since = f" since {fmt_ts(report.since_us)}" if report.since_us is not None else ""
-    print_line(f"volfsm analytics report at {fmt_ts(report.generated_us)}{since}", out)
+    until = f" until {fmt_ts(report.until_us)}" if report.until_us is not None else ""
+    print_line(f"volfsm analytics report at {fmt_ts(report.generated_us)}{since}{until}", out)
     print_line(f"events: {report.events}, nodes: {len(report.nodes)}", out)
     if ingest is not None:
         print_line(
@@ -127,8 +158,9 @@ def print_report(report: Report, ingest: IngestCounters | None, out: TextIO | No
         ],
         out,
     )
+    shown = min(20, len(report.uncertain_volumes))
     print_table(
-        "\nTime Uncertain per volume (top 20)",
+        f"\nTime Uncertain per volume (top {shown} of {report.uncertain_volumes_total})",
         ("NODE", "KIND", "VOLUME", "SECONDS", "SPANS"),
         [
             (u.node, u.kind, u.volume_id, f"{u.seconds:.3f}", str(u.spans))

@@ -5,6 +5,7 @@
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 const REFRESH_MS = 10000;
+const TOP_NODES = 20; // per-node panels: the top nodes, and a count of the rest
 
 function el(tag, attrs, text) {
   const node = document.createElementNS(SVG_NS, tag);
@@ -38,14 +39,21 @@ function emptySvg(box, message) {
   box.appendChild(svg);
 }
 
+// The `n` items of highest value (ties by label) and how many were left out.
+function topItems(items, n) {
+  const sorted = items.slice().sort((a, b) => b.value - a.value || a.label.localeCompare(b.label));
+  return { shown: sorted.slice(0, n), rest: Math.max(0, sorted.length - n) };
+}
+
 // Horizontal bars: items = [{label, value, cls, data}]; an optional inner
-// value (item.inner) is drawn as a lighter bar from the axis.
-function barChart(id, items, emptyMessage) {
+// value (item.inner) is drawn as a lighter bar from the axis. `rest` > 0
+// adds a last line counting the items not drawn.
+function barChart(id, items, emptyMessage, rest = 0, restNoun = "nodes") {
   const box = clear(id);
   if (!items.length) { emptySvg(box, emptyMessage); return; }
   const rowH = 22, labelW = 250, valueW = 110, width = 620;
   const plotW = width - labelW - valueW;
-  const height = items.length * rowH + 8;
+  const height = (items.length + (rest ? 1 : 0)) * rowH + 8;
   const max = Math.max(...items.map((i) => i.value), 1e-9);
   const svg = el("svg", { viewBox: `0 0 ${width} ${height}`, role: "img" });
   svg.appendChild(el("line", { class: "axis", x1: labelW, y1: 2, x2: labelW, y2: height - 4 }));
@@ -65,6 +73,10 @@ function barChart(id, items, emptyMessage) {
     }
     svg.appendChild(el("text", { x: labelW + w + 4, y: y + 14 }, item.text || fmt(item.value)));
   });
+  if (rest) {
+    svg.appendChild(el("text", { class: "rest", x: labelW, y: 4 + items.length * rowH + 14,
+      "data-rest": rest }, `\u2026 and ${rest} more ${restNoun}`));
+  }
   box.appendChild(svg);
 }
 
@@ -171,12 +183,13 @@ function drawUncertain(report) {
     if (u.stuck) e.stuck += 1;
     perNode.set(u.node, e);
   }
-  const items = [...perNode.entries()].sort().map(([node, e]) => ({
+  const items = [...perNode.entries()].map(([node, e]) => ({
     label: node, value: e.uncertain, cls: e.stuck ? "stuck" : "",
     text: e.stuck ? `${e.uncertain} (${e.stuck} stuck)` : String(e.uncertain),
     data: { node, uncertain: e.uncertain, stuck: e.stuck },
   }));
-  barChart("uncertain-volumes", items, "no nodes yet");
+  const top = topItems(items, TOP_NODES);
+  barChart("uncertain-volumes", top.shown, "no nodes yet", top.rest);
 }
 
 function drawNodeLag(report) {
@@ -186,7 +199,8 @@ function drawNodeLag(report) {
     data: { node: n.node, silent: n.silent_s, lagging: n.lagging, "publish-lag": n.publish_lag_s,
       events: n.events, gaps: n.gaps },
   }));
-  barChart("node-lag", items, "no nodes yet");
+  const top = topItems(items, TOP_NODES);
+  barChart("node-lag", top.shown, "no nodes yet", top.rest);
 }
 
 function drawOperations(report) {

@@ -28,7 +28,6 @@ reconstructed is cleaned up once the desired state is complete.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,8 +69,6 @@ from volfsm.node.layout import RootLayout
 from volfsm.objects import ObjectKeeper, ObjectStore, listing
 from volfsm.objects.deletion import plan_delete, pod_object_key, stored_volumes
 from volfsm.plugins.base import SpecConstructor, VolumePlugin
-
-log = logging.getLogger(__name__)
 
 
 class PluginCatalogLike(Protocol):

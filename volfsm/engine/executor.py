@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
+
+from loguru import logger as log
 
 from events.types import Body, OperationFailed, OperationStarted, OperationSucceeded
 from volfsm import faultpoints
@@ -46,8 +47,6 @@ from volfsm.engine.pending import (
     OperationKey,
 )
 from volfsm.plugins.base import ErrorClass, PluginError
-
-log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -145,7 +144,7 @@ class OperationExecutor:
         except asyncio.CancelledError:
             op.failure, cancelled = OperationCancelled(op.name), True
         except Exception as exc:  # a bug or an I/O error in the engine itself
-            log.exception("operation %s %s on %s failed", op.op_id, op.name, key)
+            log.exception("operation {} {} on {} failed", op.op_id, op.name, key)
             op.failure = PluginError(UNKNOWN, f"{type(exc).__name__}: {exc}", ErrorClass.UNCERTAIN)
         await self._finish(op, key, time.monotonic() - started)
         if cancelled:
@@ -181,7 +180,7 @@ class OperationExecutor:
                     )
                 await self._record(op.stream, body)
         except Exception:  # the log is gone (shutdown): still release the key
-            log.exception("could not record the outcome of %s %s", op.op_id, op.name)
+            log.exception("could not record the outcome of {} {}", op.op_id, op.name)
         finally:
             self.pending.complete(key, None if failure is None else str(failure))
             if self.on_finished is not None:

@@ -11,9 +11,10 @@ is its own `volume_fs_resize` operation record on the device stream
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import replace
+
+from loguru import logger
 
 from events.streams import device_stream
 from events.tables import DETACHED, GLOBALLY_MOUNTED
@@ -44,7 +45,7 @@ FAILED_PRECONDITION = "FailedPrecondition"
 FS_RESIZE_FAILED = "FileSystemResizeFailed"
 """Kubelet's warning reason: a read-only volume is not expanded during mount."""
 
-log = logging.getLogger("volfsm.engine.operations")
+log = logger.bind(logger_name="volfsm.engine.operations")
 
 
 class MountSteps(OperationCore):
@@ -270,7 +271,7 @@ class MountSteps(OperationCore):
             if exc.final:
                 self.expand_failed[vid] = want
             if exc.code == FS_RESIZE_FAILED:
-                log.warning("volume %s of pod %s: %s (%s)", dv.name, pod_uid, exc.message, why)
+                log.warning("volume {} of pod {}: {} ({})", dv.name, pod_uid, exc.message, why)
                 return True
             if exc.code == FAILED_PRECONDITION:
                 self.expand_in_use[vid] = want

@@ -13,8 +13,9 @@ is gone gets `PodCleanedUp`, which makes the folds forget it.
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Protocol
+
+from loguru import logger
 
 from events.errors import VolfsmEventsError
 from events.streams import pod_stream
@@ -27,7 +28,7 @@ from volfsm.errors import VolfsmError
 from volfsm.node.dirsonly import remove_pod_dir
 from volfsm.node.layout import RootLayout
 
-log = logging.getLogger("volfsm.engine.reconciler")
+log = logger.bind(logger_name="volfsm.engine.reconciler")
 
 KEPT_OWNER = " volfsm did not create"
 """Said of each file a deleted pod's dir keeps: "kept: <path>: a file volfsm did not create"."""
@@ -132,7 +133,7 @@ class PodDirCleaner:
             try:
                 await self.recorder.record_async(pod_stream(uid), [body])
             except (VolfsmError, VolfsmEventsError) as exc:  # closing: the next start redoes it
-                log.warning("pod %s cleaned up, but that could not be recorded: %s", uid, exc)
+                log.warning("pod {} cleaned up, but that could not be recorded: {}", uid, exc)
                 return
 
     def _remove_pod_dirs(self, uids: list[str]) -> list[str]:
@@ -147,7 +148,7 @@ class PodDirCleaner:
                 why = result.summary(KEPT_OWNER) if not result.gone else ""
             if why:
                 self.failures[uid] = why
-                log.warning("orphaned pod %s: its dir stays: %s", uid, why)
+                log.warning("orphaned pod {}: its dir stays: {}", uid, why)
             else:
                 self.failures.pop(uid, None)
                 removed.append(uid)

@@ -47,10 +47,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
+
+from loguru import logger as log
 
 from events.tables import ATTACHED, GLOBALLY_MOUNTED, MOUNTED, UNCERTAIN, UNMOUNTED
 from events.types import DesiredVolume, PodAdded
@@ -65,8 +66,6 @@ from volfsm.engine.rwop import RwopGuard
 from volfsm.gate import GATE_OPEN, GATE_UNTIL_TOLD, GATE_UNTIL_TOLD_OR_GRACE
 from volfsm.node.layout import RootLayout
 from volfsm.plugins.base import PluginError
-
-log = logging.getLogger(__name__)
 
 
 class DesiredState(Protocol):
@@ -229,7 +228,7 @@ class Reconciler:
             self.complete_reason = reason
             if self._grace is not None:
                 self._grace.cancel()
-            log.info("desired state complete (%s): unmounts may start", reason)
+            log.info("desired state complete ({}): unmounts may start", reason)
             self.mark_all_dirty()
             self.wake()
             if self.on_complete is not None:
@@ -245,7 +244,7 @@ class Reconciler:
             self._grace = None
         self.grace_deadline = None
         log.warning(
-            "desired state not complete: %s: nothing is unmounted until `volfsm apply -f DIR"
+            "desired state not complete: {}: nothing is unmounted until `volfsm apply -f DIR"
             " --complete`; the grace timer does not apply",
             self.until_told,
         )
@@ -272,7 +271,7 @@ class Reconciler:
     def _grace_over(self, grace: float) -> None:
         if not self.desired_complete:
             log.warning(
-                "nobody said the desired state is complete within %gs of start: taking it"
+                "nobody said the desired state is complete within {:g}s of start: taking it"
                 " as complete; volumes no pod wants may now be unmounted",
                 grace,
             )
@@ -394,7 +393,7 @@ class Reconciler:
                 continue  # phase 2 hands it over to the name the pod uses
             dv = self.spec_of(uid, name)
             if dv is None:
-                log.warning("cannot unmount %s of pod %s: its spec is unknown", name, uid)
+                log.warning("cannot unmount {} of pod {}: its spec is unknown", name, uid)
                 continue
             self._start(self.ops.unmount(uid, dv, REASON_NOT_DESIRED), vid)
 
@@ -478,7 +477,7 @@ class Reconciler:
         if state in (GLOBALLY_MOUNTED, UNCERTAIN):
             dv = self.volume_spec(vid)
             if dv is None:
-                log.warning("cannot unstage %s: its spec is unknown", vid)
+                log.warning("cannot unstage {}: its spec is unknown", vid)
                 return
             self._start(self.ops.unmount_device(dv, REASON_UNSTAGE), vid)
         elif state == ATTACHED:

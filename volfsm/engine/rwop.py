@@ -21,15 +21,14 @@ volume dirty and the next pass mounts the waiting pod.
 
 from __future__ import annotations
 
-import logging
 from typing import Protocol
+
+from loguru import logger as log
 
 from events.types import DesiredVolume, PodAdded
 from volfsm.engine.executor import Operation
 from volfsm.engine.index import EngineIndex
 from volfsm.engine.operations import MAP_VOLUME, VOLUME_MOUNT
-
-log = logging.getLogger(__name__)
 
 READ_WRITE_ONCE_POD = "ReadWriteOncePod"
 
@@ -101,7 +100,7 @@ class RwopGuard:
         before = self.waiting.pop(volume_id, {})
         for uid, why in waiting.items():
             if before.get(uid) != why:
-                log.info("pod %s waits before mounting volume %s: %s", uid, volume_id, why)
+                log.info("pod {} waits before mounting volume {}: {}", uid, volume_id, why)
         if waiting:
             self.waiting[volume_id] = waiting
 

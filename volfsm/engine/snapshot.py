@@ -35,7 +35,6 @@ import gc
 import hashlib
 import importlib
 import inspect
-import logging
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from loguru import logger
 
 from events.log import EventLog
 from events.snapshots import SnapshotError, SnapshotHeader
@@ -55,7 +55,7 @@ from volfsm.desired.dsw import DesiredStateOfWorld, DswSnapshot
 from volfsm.engine.index import EngineIndex, IndexSnapshot
 from volfsm.engine.splitfold import SPLIT_OVER, fold_split
 
-_logger = logging.getLogger(__name__)
+_logger = logger
 
 KIND = "volfsm.engine-state"
 """The snapshot kind the engine writes and reads."""
@@ -376,7 +376,7 @@ def restore(
                 why = f"{header.describe()}: body is the state at seq {state.seq}"
                 state = None
             if state is None:
-                _logger.warning("snapshot ignored, not trusted: %s", why)
+                _logger.warning("snapshot ignored, not trusted: {}", why)
                 refused.append(why)
                 continue
             install_state(state, asw, dsw, index)
@@ -397,5 +397,5 @@ def restore(
         decode_s=decode_s,
         replay_s=replay_s,
     )
-    _logger.info("%s", report.summary())
+    _logger.info("{}", report.summary())
     return report

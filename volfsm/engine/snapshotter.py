@@ -14,9 +14,10 @@ thread between group commits, so an append waits for one chunk at most.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from dataclasses import dataclass, field
+
+from loguru import logger
 
 from events.log import EventLog
 from events.snapshots import SnapshotHeader
@@ -33,7 +34,7 @@ from volfsm.engine.snapshot import (
     save_state,
 )
 
-_logger = logging.getLogger("volfsm.engine.snapshot")
+_logger = logger.bind(logger_name="volfsm.engine.snapshot")
 
 
 @dataclass
@@ -123,7 +124,7 @@ class EngineSnapshots:
                     f"event {seq} reached the engine after event {applied}: snapshots of this "
                     "run could miss it, none are written any more"
                 )
-                _logger.warning("%s", self._broken)
+                _logger.warning("{}", self._broken)
         self._applied = applied
         self._check_due()
 
@@ -182,7 +183,7 @@ class EngineSnapshots:
         except Exception as exc:  # never take the engine down for a cache
             self.stats.failed += 1
             self.stats.last_error = f"snapshot at seq {seq} not written: {exc}"
-            _logger.warning("%s", self.stats.last_error)
+            _logger.warning("{}", self.stats.last_error)
             return
         self.stats.written += 1
         self._stored_seq = max(self._stored_seq, header.seq)

@@ -23,11 +23,12 @@ which is unsafe in a process with threads.
 
 from __future__ import annotations
 
-import logging
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
+
+from loguru import logger
 
 from events.log import EventLog
 from events.streams import PODVOL_PREFIX
@@ -44,7 +45,7 @@ and imports, ~0.35 s) eats the gain up to about 250,000 events (bench/recovery.p
 CHILD_WAIT_MIN_S = 30.0
 """After its own half, wait for the child at least this long, or 4x that half's time."""
 
-_logger = logging.getLogger(__name__)
+_logger = logger
 
 
 def fold_split(
@@ -75,7 +76,7 @@ def fold_split(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
     except OSError as exc:
-        _logger.warning("split replay: cannot start the pod-volume fold (%s); folding it here", exc)
+        _logger.warning("split replay: cannot start the pod-volume fold ({}); folding it here", exc)
         proc = None
     hooked = tuple(name for name, cls in EVENT_TYPES.items() if cls in hooks)
     started = time.monotonic()
@@ -105,7 +106,7 @@ def _child_result(proc: subprocess.Popen[bytes], wait_s: float) -> Asw | None:
         out, err = proc.communicate(timeout=wait_s)
     except subprocess.TimeoutExpired:
         _logger.warning(
-            "split replay: the pod-volume fold sent nothing %.0f s after this half was done; "
+            "split replay: the pod-volume fold sent nothing {:.0f} s after this half was done; "
             "folding it here",
             wait_s,
         )
@@ -113,7 +114,7 @@ def _child_result(proc: subprocess.Popen[bytes], wait_s: float) -> Asw | None:
     if proc.returncode != 0:
         tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
         _logger.warning(
-            "split replay: the pod-volume fold exited with %s (%s); folding it here",
+            "split replay: the pod-volume fold exited with {} ({}); folding it here",
             proc.returncode,
             tail[0],
         )
@@ -122,7 +123,7 @@ def _child_result(proc: subprocess.Popen[bytes], wait_s: float) -> Asw | None:
         return decode_asw(out)
     except Exception as exc:  # msgspec.DecodeError, a bad struct: never trust it
         _logger.warning(
-            "split replay: the pod-volume fold sent %d unreadable bytes (%s); folding it here",
+            "split replay: the pod-volume fold sent {} unreadable bytes ({}); folding it here",
             len(out),
             exc,
         )

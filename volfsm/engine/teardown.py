@@ -11,10 +11,11 @@ unstage marks its entry Uncertain. A volume the log never recorded creating
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from dataclasses import replace
 from pathlib import Path
+
+from loguru import logger
 
 from events.types import (
     DesiredVolume,
@@ -33,7 +34,7 @@ from volfsm.plugins.base import ErrorClass, PluginError, VolumePlugin, VolumeReq
 
 SUBPATHS_DIR = "volume-subpaths"
 
-log = logging.getLogger("volfsm.engine.operations")
+log = logger.bind(logger_name="volfsm.engine.operations")
 
 
 class TeardownSteps(OperationCore):
@@ -58,7 +59,7 @@ class TeardownSteps(OperationCore):
                 await self._mark_volume_uncertain(pod_uid, dv, reason)
             raise
         if kept:
-            log.warning("pod %s volume %s torn down; %s", pod_uid, dv.name, kept)
+            log.warning("pod {} volume {} torn down; {}", pod_uid, dv.name, kept)
         await self._unmounted(pod_uid, dv, f"unpublished; {kept}" if kept else "unpublished")
         self.found_on_node.discard(key)
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import random
 import time
@@ -37,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+from loguru import logger as log
 
 from events.streams import podvol_stream
 from events.tables import MOUNTED
@@ -53,8 +54,6 @@ from events.types import (
 )
 from projections.asw import Asw, PodVolumeState
 from volfsm.plugins.base import BLOCK, PluginError, VolumePlugin, VolumeRequest
-
-log = logging.getLogger(__name__)
 
 USAGE_STEPS = 20
 """The used share is recorded in steps of 1/USAGE_STEPS (5 %)."""
@@ -356,7 +355,7 @@ class VolumeStatsGatherer:
                 reply = await plugin.volume_stats_reply(self._request(target))
             except PluginError as exc:
                 if exc.code != "Unimplemented":
-                    log.debug("NodeGetVolumeStats of %s failed: %s", spec.volume_id, exc)
+                    log.debug("NodeGetVolumeStats of {} failed: {}", spec.volume_id, exc)
                     return None
             else:
                 usage = usage_of_csi(reply.usage) if reply.usage else None
@@ -372,7 +371,7 @@ class VolumeStatsGatherer:
         try:
             st = await asyncio.wait_for(asyncio.to_thread(os.statvfs, path), STATVFS_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
-            log.debug("statvfs %s failed: %s", path, exc)
+            log.debug("statvfs {} failed: {}", path, exc)
             return None
         return usage_of_statvfs(st)
 
@@ -415,9 +414,9 @@ class VolumeStatsGatherer:
         pod, spec = target.pod, target.spec
         where = f"volume {spec.name} of pod {pod.namespace}/{pod.name}"
         if abnormal:
-            log.warning("%s: volume condition abnormal: %s", where, message or "no message")
+            log.warning("{}: volume condition abnormal: {}", where, message or "no message")
         else:
-            log.info("%s: volume condition normal again", where)
+            log.info("{}: volume condition normal again", where)
         return VolumeConditionChanged(
             volume_id=spec.volume_id,
             pod_uid=pod.pod_uid,

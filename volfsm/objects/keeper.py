@@ -10,8 +10,9 @@ never holds a change the log does not.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+
+from loguru import logger as log
 
 from events.log import EventLog
 from events.streams import OBJECT_PREFIX
@@ -20,8 +21,6 @@ from volfsm.desired.plan import AppliedObject, DesiredChange, ObjectKey
 from volfsm.objects.model import StoreWrite
 from volfsm.objects.records import NO_RECORD, changes_of, last_event_in, recorded_at_start
 from volfsm.objects.store import ObjectStore
-
-log = logging.getLogger(__name__)
 
 Record = Callable[[Sequence[DesiredChange]], Awaitable[list[Envelope]]]
 
@@ -57,7 +56,7 @@ class ObjectKeeper:
         kept = self.store.objects()
         if kept:
             log.warning(
-                "object store: the log records none of its %d objects; recording them", len(kept)
+                "object store: the log records none of its {} objects; recording them", len(kept)
             )
             await self.record(recorded_at_start(kept, NO_RECORD))
 
@@ -99,7 +98,7 @@ class ObjectKeeper:
         logged = [w for w in writes if last(w.key) == (_expected(w), w.resource_version)]
         lost = [w for w in writes if w not in logged]
         if lost:
-            log.warning("object store: %d change(s) not logged; rolled back", len(lost))
+            log.warning("object store: {} change(s) not logged; rolled back", len(lost))
             await asyncio.to_thread(self.store.revert, lost)
         if logged:
             self.store.publish(logged)

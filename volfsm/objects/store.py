@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import secrets
 import sqlite3
@@ -30,6 +29,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from loguru import logger as log
 
 from volfsm.desired.errors import InvalidObjectError
 from volfsm.desired.kinds import ClusterTrustBundle, CSIDriver, ServiceAccount
@@ -46,8 +47,6 @@ from volfsm.objects.views import (
     config_map_data,
     secret_data,
 )
-
-log = logging.getLogger(__name__)
 
 DIRNAME = "objects"
 FILENAME = "objects.db"
@@ -403,8 +402,8 @@ class ObjectStore:
                     rolled += 1
             self._apply_marks(conn)
         log.warning(
-            "object store: %d change(s) a stop left unconfirmed: %d in the event log (kept), "
-            "%d not (rolled back)",
+            "object store: {} change(s) a stop left unconfirmed: {} in the event log (kept), "
+            "{} not (rolled back)",
             kept + rolled,
             kept,
             rolled,
@@ -427,7 +426,7 @@ def _private_dir(directory: Path) -> None:
         directory.mkdir(mode=DIR_MODE, parents=False, exist_ok=True)
         mode = stat.S_IMODE(directory.stat().st_mode)
         if mode != DIR_MODE:
-            log.warning("object store: %s had mode %o; set to %o", directory, mode, DIR_MODE)
+            log.warning("object store: {} had mode {:o}; set to {:o}", directory, mode, DIR_MODE)
             directory.chmod(DIR_MODE)
     except OSError as exc:
         raise ObjectStoreError(f"{directory}: cannot prepare the object store dir: {exc}") from None
@@ -506,7 +505,7 @@ def _from_row(row: Sequence[Any]) -> StoredObject | None:
         obj = decode_object(raw, f"{kind} {namespace}/{name}")
     except InvalidObjectError as exc:
         log.error(
-            "object store: %s %s/%s cannot be read back (%s); ignored",
+            "object store: {} {}/{} cannot be read back ({}); ignored",
             kind,
             namespace,
             name,

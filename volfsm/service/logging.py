@@ -8,7 +8,7 @@ plus `exception` when there is one. loguru's own `serialize=True` nests
 the record (`{"text":..., "record":{...}}`), which log shippers handle
 badly, hence the sink here.
 
-Standard-library `logging` (the engine, nats-py, grpc) is routed into the
+Standard-library `logging` (nats-py, grpc) is routed into the
 same sink.
 """
 

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-import logging
+from loguru import logger as log
 
 from events.streams import podvol_stream
 from events.types import Body, OperationStarted, VolumeMounted
@@ -22,8 +22,6 @@ from volfsm.engine.index import HOLDING
 from volfsm.engine.operations import MAP_VOLUME, VOLUME_MOUNT
 from volfsm.engine.reconstruct.plan import STAGED, Context, Plan
 from volfsm.engine.reconstruct.specs import PluginSpecs
-
-log = logging.getLogger(__name__)
 
 
 def plan_specless(ctx: Context, plan: Plan, specs: PluginSpecs) -> None:
@@ -34,7 +32,7 @@ def plan_specless(ctx: Context, plan: Plan, specs: PluginSpecs) -> None:
         if ctx.spec_of(*key) is None:
             spec = specs.from_volume_id(pv.volume_id, *key)
             if spec is None:
-                log.warning("pod-volume %s/%s: no spec can be rebuilt for %r", *key,
+                log.warning("pod-volume {}/{}: no spec can be rebuilt for {!r}", *key,
                             pv.volume_id)  # fmt: skip
             else:
                 plan.podvol_specs[key] = spec
@@ -44,7 +42,7 @@ def plan_specless(ctx: Context, plan: Plan, specs: PluginSpecs) -> None:
         if ctx.device_spec(vid) is None:
             spec = specs.device_from_volume_id(vid, dev.device_mount_path)
             if spec is None:
-                log.warning("volume %s: no spec can be rebuilt; it cannot be unstaged", vid)
+                log.warning("volume {}: no spec can be rebuilt; it cannot be unstaged", vid)
             else:
                 plan.device_specs[vid] = spec
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import logging
 import os
 import time
 from collections.abc import Callable
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import Protocol
 
 import msgspec
+from loguru import logger as log
 
 from events.types import (
     DesiredVolume,
@@ -66,8 +66,6 @@ from volfsm.node.layout import (
     UnsafePathError,
     unescape_plugin_name,
 )
-
-log = logging.getLogger(__name__)
 
 ORPHAN_CLEANUP = "orphan_cleanup"
 """Operation name of the one-shot cleanup of what could not be reconstructed."""
@@ -235,7 +233,7 @@ class OrphanCleaner:
             if wanted:
                 orphan.status = "kept"
                 orphan.error = wanted
-                log.info("orphan %s kept: %s", orphan.path, orphan.error)
+                log.info("orphan {} kept: {}", orphan.path, orphan.error)
                 continue
             await self._clean(orphan)
         for orphan in orphans:
@@ -280,7 +278,7 @@ class OrphanCleaner:
         if result.kept_count:
             count = result.kept_count
             orphan.error = f"{count} {'entry' if count == 1 else 'entries'} volfsm did not create"
-            log.warning("orphan %s (%s) cleaned up, but %s", orphan.path, orphan.why, orphan.error)
+            log.warning("orphan {} ({}) cleaned up, but {}", orphan.path, orphan.why, orphan.error)
             return "kept", OperationFailed(
                 op_id=op_id,
                 operation=ORPHAN_CLEANUP,
@@ -288,12 +286,12 @@ class OrphanCleaner:
                 message=f"{orphan.path} stays: {result.summary(NOT_OURS)}",
                 final=True,
             )
-        log.info("orphan %s cleaned up (%s)", orphan.path, orphan.why)
+        log.info("orphan {} cleaned up ({})", orphan.path, orphan.why)
         return "cleaned", OperationSucceeded(op_id=op_id, operation=ORPHAN_CLEANUP)
 
     def _failed(self, orphan: Orphan, op_id: str, code: str, why: str) -> tuple[str, Outcome]:
         orphan.error = why
-        log.error("orphan %s could not be cleaned up (%s); it stays: %s", orphan.path,
+        log.error("orphan {} could not be cleaned up ({}); it stays: {}", orphan.path,
                   orphan.why, why)  # fmt: skip
         return "failed", OperationFailed(
             op_id=op_id,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
+
+from loguru import logger as log
 
 from events.log import EventLog
 from events.streams import device_stream, podvol_stream
@@ -31,8 +32,6 @@ from volfsm.engine.reconstruct.scan import scan_node
 from volfsm.errors import VolfsmError
 from volfsm.faultpoints import hit
 from volfsm.node.layout import RootLayout
-
-log = logging.getLogger(__name__)
 
 
 class Reconstructor:
@@ -135,7 +134,7 @@ class Reconstructor:
                 else:
                     await ops.fire_device(action.volume_id, action.trigger, action.body)
             except VolfsmError as exc:  # an illegal transition: the plan is wrong, not fatal
-                log.error("reconstruction could not record %s: %s", action, exc)
+                log.error("reconstruction could not record {}: {}", action, exc)
                 continue
             if first:
                 first = False

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from loguru import logger
+
 from volfsm.engine.reconstruct.orphans import Orphan
 
-log = logging.getLogger("volfsm.engine.reconstruct")
+log = logger.bind(logger_name="volfsm.engine.reconstruct")
 
 
 @dataclass
@@ -45,18 +46,18 @@ class ReconstructionReport:
         """One service log line per interrupted operation, Uncertain entry and orphan, then
         the summary."""
         for line in self.interrupted:
-            log.warning("reconstruction: interrupted operation %s", line)
+            log.warning("reconstruction: interrupted operation {}", line)
         for line in self.uncertain:
-            log.warning("reconstruction: Uncertain %s", line)
+            log.warning("reconstruction: Uncertain {}", line)
         for orphan in self.orphans:
             log.warning(
-                "reconstruction: orphan %s: %s (cleaned up once the desired state is complete"
+                "reconstruction: orphan {}: {} (cleaned up once the desired state is complete"
                 " and no pod wants it)",
                 orphan.path,
                 orphan.why,
             )
         log.info(
-            "reconstruction done in %.3fs: %s (%d found on the node, %d interrupted)",
+            "reconstruction done in {:.3f}s: {} ({} found on the node, {} interrupted)",
             self.duration_s,
             self.summary(),
             self.reconstructed,

@@ -10,11 +10,12 @@ orphan to clean up.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from loguru import logger as log
 
 from volfsm.node import mounts
 from volfsm.node.layout import (
@@ -27,8 +28,6 @@ from volfsm.node.layout import (
 )
 from volfsm.node.mounts import MountInfo
 from volfsm.plugins.base import GlobalDir, PodVolumeDir, SpecConstructor, list_dir
-
-log = logging.getLogger(__name__)
 
 EntryKey = tuple[str, str, str, str]
 """(pod uid, "volumes" or "volumeDevices", escaped plugin name, dir name): one pod volume dir."""
@@ -84,7 +83,7 @@ def _scan_pods(layout: RootLayout, scan: NodeScan) -> None:
     try:
         pods = list_dir(layout, layout.pods_dir) or []
     except (UnsafePathError, OSError) as exc:
-        log.error("cannot read %s: %s", layout.pods_dir, exc)
+        log.error("cannot read {}: {}", layout.pods_dir, exc)
         return
     for uid, is_dir in pods:
         pod_dir = layout.pods_dir / uid

@@ -77,6 +77,7 @@ from projections.analytics.fold import (
     whole_us,
 )
 from projections.analytics.health import (
+    HEALTH_TYPES,
     NEAR_FULL,
     AbnormalFigure,
     HealthFold,
@@ -97,6 +98,7 @@ from projections.analytics.rows import (
 
 __all__ = [
     "FOREVER_US",
+    "HEALTH_TYPES",
     "NEAR_FULL",
     "PHASES",
     "PUBLISH_OPERATIONS",

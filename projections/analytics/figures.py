@@ -21,9 +21,16 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from projections.analytics.fold import NodeStats, OpRow, UncertainSpan
+from projections.analytics.health import (
+    NEAR_FULL,
+    AbnormalFigure,
+    HealthFold,
+    NearFullFigure,
+    VolumeHealth,
+)
 from projections.analytics.rows import PHASE_ORDER, PHASES, phase_of
 
 FOREVER_US = 2**62
@@ -201,6 +208,13 @@ class Report:
     until_us: int | None = None
     uncertain_volumes_total: int = 0
     uncertain_by_node: list[UncertainNode] = field(default_factory=list)
+    near_full_threshold: float = NEAR_FULL
+    near_full: list[NearFullFigure] = field(default_factory=list)
+    """The `top` fullest volumes at or above `near_full_threshold` (all: `near_full_total`)."""
+    near_full_total: int = 0
+    abnormal: list[AbnormalFigure] = field(default_factory=list)
+    """The `top` volumes abnormal longest (all of them: `abnormal_total`)."""
+    abnormal_total: int = 0
 
 
 # --------------------------------------------------------------------------
@@ -218,7 +232,9 @@ class ReportQuery:
     stuck_threshold_s: float = 600.0
     buckets: int = 24
     top: int = 100
-    """How many volumes `uncertain_volumes` lists."""
+    """How many volumes `uncertain_volumes`, `near_full` and `abnormal` list."""
+    near_full_threshold: float = NEAR_FULL
+    """Used share (of bytes or inodes) from which a volume is near full."""
 
     @property
     def lo_us(self) -> int:
@@ -293,6 +309,8 @@ class ReportInputs:
     gaps: list[GapFigure]
     pod_ready: Distribution
     pending_pods: int
+    health: list[VolumeHealth] = field(default_factory=list)
+    """The latest usage and condition of each mounted pod-volume (as of now, not windowed)."""
 
 
 def series_frame(query: ReportQuery, first_ended_us: int | None) -> tuple[int, int]:
@@ -573,4 +591,19 @@ def build_report(inputs: ReportInputs, query: ReportQuery) -> Report:
         until_us=query.until_us,
         uncertain_volumes_total=inputs.uncertain.volumes,
         uncertain_by_node=inputs.uncertain.by_node,
+        **health_figures(inputs.health, query),
     )
+
+
+def health_figures(health: Iterable[VolumeHealth], query: ReportQuery) -> dict[str, Any]:
+    """The report's "volumes near full" and "abnormal volumes" fields, `query.top` of each."""
+    fold = HealthFold({(v.node, v.pod_uid, v.volume_name): v for v in health})
+    full, abnormal = fold.near_full(query.near_full_threshold), fold.abnormal()
+    top = max(0, query.top)
+    return {
+        "near_full_threshold": query.near_full_threshold,
+        "near_full": full[:top],
+        "near_full_total": len(full),
+        "abnormal": abnormal[:top],
+        "abnormal_total": len(abnormal),
+    }

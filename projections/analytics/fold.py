@@ -5,6 +5,9 @@ an entry sat Uncertain (`UncertainSpan`), pod mount-to-ready times
 (`PodReady`) and per-node counters (`NodeStats`). The open state (running
 operations, open Uncertain spans, pods not yet ready) is plain data, so a
 store can persist it beside the rows; `drain()` reports every change.
+The latest usage and condition per pod-volume (`health`, a `HealthFold`)
+is open state too: the caller feeds it the envelopes (`health.apply_json`)
+and a store persists it with the rest.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from events.tables import DEVICE_FSM, PODVOL_FSM, UNCERTAIN
+from projections.analytics.health import HealthFold, VolumeHealth
 from projections.analytics.rows import STAGE_OF, UNKNOWN_DRIVER, EventRow, phase_of
 
 _LEAVE_UNCERTAIN = {
@@ -168,6 +172,7 @@ class AnalyticsFold:
         self.open_spans: dict[NodeKey, UncertainSpan] = {}
         self.pending_pods: dict[NodeKey, PendingPod] = {}
         self.nodes: dict[str, NodeStats] = {}
+        self.health = HealthFold()
         self._mount_ops: dict[NodeKey, str] = {}  # (node, volume_id) -> op_id of a running mount
         self._stream_ops: dict[NodeKey, str] = {}  # (node, stream) -> op_id running on it
         self._changes = FoldChanges()
@@ -181,6 +186,7 @@ class AnalyticsFold:
         spans: Iterable[UncertainSpan],
         pods: Iterable[PendingPod],
         nodes: Iterable[NodeStats],
+        health: Iterable[VolumeHealth] = (),
     ) -> None:
         """Load open state saved by a store (nothing is reported as changed)."""
         for op in ops:
@@ -191,6 +197,8 @@ class AnalyticsFold:
             self.pending_pods[(pod.node, pod.pod_uid)] = pod
         for stats in nodes:
             self.nodes[stats.node] = stats
+        for vol in health:
+            self.health.volumes[(vol.node, vol.pod_uid, vol.volume_name)] = vol
 
     def _open(self, op: OpenOp) -> None:
         self.open_ops[(op.node, op.op_id)] = op

@@ -29,6 +29,8 @@ NEAR_FULL = 0.9
 
 _FORGETS = frozenset({"VolumeUnmounted"})
 _OBSERVES = frozenset({"VolumeConditionChanged", "VolumeUsageChanged"})
+HEALTH_TYPES = _OBSERVES | _FORGETS
+"""The event types the fold reads (every other type it ignores)."""
 
 Key = tuple[str, str, str]
 """(node, pod uid, volume name)."""

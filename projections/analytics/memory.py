@@ -83,6 +83,7 @@ class MemoryFacts:
                 r.ready_us - r.added_us for r in self.ready if in_window(query, r.ready_us)
             ),
             pending_pods=len(self.fold.pending_pods),
+            health=list(self.fold.health.volumes.values()),
         )
 
 
@@ -100,6 +101,7 @@ def report_of(
     facts = MemoryFacts()
     for env in envelopes:
         facts.apply(flatten(env))
+        facts.fold.health.apply(env)
     query = ReportQuery(
         now_us=now_us,
         since_us=since_us,

@@ -18,6 +18,7 @@ from projections.textfmt import TIME_HELP, parse_time
 from volfsm.analytics.defaults import (
     DEFAULT_DURABLE,
     DEFAULT_LAG_THRESHOLD_S,
+    DEFAULT_NEAR_FULL,
     DEFAULT_PARTITIONS,
     DEFAULT_STUCK_THRESHOLD_S,
     DEFAULT_TOP_VOLUMES,
@@ -225,14 +226,26 @@ def report(
     lag_threshold: LagOpt = DEFAULT_LAG_THRESHOLD_S,
     stuck_threshold: StuckOpt = DEFAULT_STUCK_THRESHOLD_S,
     top: Annotated[
-        int, typer.Option("--top", min=0, help="Volumes listed under time Uncertain.")
+        int,
+        typer.Option(
+            "--top", min=0, help="Volumes listed under time Uncertain, near full and abnormal."
+        ),
     ] = DEFAULT_TOP_VOLUMES,
+    near_full: Annotated[
+        float,
+        typer.Option(
+            "--near-full",
+            min=0.0,
+            max=1.0,
+            help="Used share (of bytes or inodes) from which a volume is near full.",
+        ),
+    ] = DEFAULT_NEAR_FULL,
     at: Annotated[
         str | None, typer.Option("--at", help=f"Compute as of TIME (default: now). {TIME_HELP}")
     ] = None,
     now: Annotated[str | None, typer.Option("--now", hidden=True)] = None,  # old name of --at
 ) -> None:
-    """The analytics report: operations, failures, Uncertain, nodes, pods.
+    """The analytics report: operations, failures, Uncertain, nodes, volume health, pods.
 
     Reads only the Parquet files of the --since/--until window; several --db
     (the partitions of a fleet) are read together.
@@ -252,6 +265,7 @@ def report(
         lag_threshold_s=lag_threshold,
         stuck_threshold_s=stuck_threshold,
         top=top,
+        near_full_threshold=near_full,
     )
     now_us = time_option(at if at is not None else now, "--at")
     try:

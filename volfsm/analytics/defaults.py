@@ -17,7 +17,10 @@ DEFAULT_STUCK_THRESHOLD_S = 600.0
 """An entry Uncertain longer than this is stuck."""
 
 DEFAULT_TOP_VOLUMES = 100
-"""How many volumes a report lists under time Uncertain (the rest are counted)."""
+"""How many volumes a report lists under time Uncertain, near full and abnormal."""
+
+DEFAULT_NEAR_FULL = 0.9
+"""Used share from which a report lists a volume as near full (as `NEAR_FULL`)."""
 
 DEFAULT_PARTITIONS = 1
 """Ingest partitions: one aggregator takes the whole stream."""

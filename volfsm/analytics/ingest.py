@@ -17,7 +17,7 @@ import msgspec
 from loguru import logger
 
 from events.errors import UnknownEventError
-from projections.analytics import AnalyticsFold, EventRow, flatten_json
+from projections.analytics import HEALTH_TYPES, AnalyticsFold, EventRow, flatten_json
 from volfsm.analytics.store import Batch, Reject, encode_state
 from volfsm.analytics.tracking import SeqRanges
 
@@ -74,6 +74,7 @@ class BatchBuilder:
         self._ing = ingestor
         self._accept = ingestor.ranges.accept
         self._apply = ingestor.fold.apply
+        self._health = ingestor.fold.health.apply_json
         self._now = ingestor.clock()
         self.batch = Batch()
         self.last_of_node: dict[str, EventRow] = {}
@@ -99,6 +100,8 @@ class BatchBuilder:
         if hole is not None:
             self._gap(row.node, hole)
         self._apply(row)
+        if row.type in HEALTH_TYPES:
+            self._health(data)
         self.batch.rows.append(row)
         self.last_of_node[row.node] = row
         return row

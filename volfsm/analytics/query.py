@@ -127,6 +127,7 @@ class StoreQuery:
             gaps=self.snapshot.gaps(),
             pod_ready=self._pod_ready(lo, hi),
             pending_pods=len(state.pending_pods),
+            health=list(state.health),
         )
 
     def _first_ended(self, query: ReportQuery) -> int | None:

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 import duckdb
 import msgspec
 
-from projections.analytics import Report, ReportInputs, ReportQuery, build_report
+from projections.analytics import NEAR_FULL, Report, ReportInputs, ReportQuery, build_report
 from volfsm.analytics.defaults import (
     DEFAULT_LAG_THRESHOLD_S,
     DEFAULT_STUCK_THRESHOLD_S,
@@ -24,7 +24,7 @@ from volfsm.analytics.defaults import (
 )
 from volfsm.analytics.query import StoreQuery
 from volfsm.analytics.store import AnalyticsStore, IngestCounters, Snapshot
-from volfsm.render import fmt_ts, print_line, print_table
+from volfsm.render import fmt_bytes, fmt_ts, print_line, print_table
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,7 @@ class ReportOptions:
     stuck_threshold_s: float = DEFAULT_STUCK_THRESHOLD_S
     buckets: int = 24
     top: int = DEFAULT_TOP_VOLUMES
+    near_full_threshold: float = NEAR_FULL
 
     def query(self, now_us: int | None = None) -> ReportQuery:
         """The window and thresholds as of `now_us` (default: now)."""
@@ -48,6 +49,7 @@ class ReportOptions:
             stuck_threshold_s=self.stuck_threshold_s,
             buckets=self.buckets,
             top=self.top,
+            near_full_threshold=self.near_full_threshold,
         )
 
 
@@ -207,9 +209,43 @@ def print_report(report: Report, ingest: IngestCounters | None, out: TextIO | No
         [(g.node, str(g.from_seq), str(g.to_seq), str(g.missing)) for g in report.gaps],
         out,
     )
+    _print_health(report, out)
     pr = report.pod_ready
     print_line(
         f"\nPod mount-to-ready: {pr.count} pods ready, {pr.pending} pending; "
         f"p50 {_s(pr.p50_s)}s p90 {_s(pr.p90_s)}s p99 {_s(pr.p99_s)}s max {_s(pr.max_s)}s",
+        out,
+    )
+
+
+def _print_health(report: Report, out: TextIO | None) -> None:
+    """The "volumes near full" and "abnormal volumes" sections."""
+    print_table(
+        f"\nVolumes near full (at or above {report.near_full_threshold:.0%}; "
+        f"top {len(report.near_full)} of {report.near_full_total})",
+        ("NODE", "NAMESPACE", "CLAIM", "VOLUME", "USED", "CAPACITY", "USED %", "INODES %", "AT"),
+        [
+            (
+                f.node,
+                f.namespace,
+                f.claim,
+                f.volume_id,
+                fmt_bytes(f.used_bytes),
+                fmt_bytes(f.capacity_bytes),
+                f"{f.share:.1%}",
+                f"{f.inode_share:.1%}",
+                fmt_ts(f.recorded_us),
+            )
+            for f in report.near_full
+        ],
+        out,
+    )
+    print_table(
+        f"\nAbnormal volumes (top {len(report.abnormal)} of {report.abnormal_total})",
+        ("NODE", "NAMESPACE", "CLAIM", "VOLUME", "POD", "SINCE", "MESSAGE"),
+        [
+            (f.node, f.namespace, f.claim, f.volume_id, f.pod_uid, fmt_ts(f.since_us), f.message)
+            for f in report.abnormal
+        ],
         out,
     )

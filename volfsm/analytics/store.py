@@ -60,6 +60,7 @@ from projections.analytics import (
     OpenOp,
     PendingPod,
     UncertainSpan,
+    VolumeHealth,
 )
 from volfsm.analytics.columns import EVENTS, READY, SAMPLES, SPANS, TABLES, Table, to_arrow
 from volfsm.analytics.tracking import SeqRanges
@@ -124,6 +125,8 @@ class StoreState(msgspec.Struct):
     open_spans: list[UncertainSpan] = []
     pending_pods: list[PendingPod] = []
     nodes: list[NodeStats] = []
+    health: list[VolumeHealth] = []
+    """The latest usage and condition of each mounted pod-volume (empty in older blobs)."""
 
 
 _encode_state = msgspec.msgpack.Encoder().encode
@@ -144,6 +147,7 @@ def encode_state(ranges: SeqRanges, fold: AnalyticsFold) -> bytes:
             list(fold.open_spans.values()),
             list(fold.pending_pods.values()),
             list(fold.nodes.values()),
+            list(fold.health.volumes.values()),
         )
     )
 
@@ -592,7 +596,7 @@ class AnalyticsStore:
         snap = self.snapshot()
         fold = AnalyticsFold()
         st = snap.state
-        fold.restore(st.open_ops, st.open_spans, st.pending_pods, st.nodes)
+        fold.restore(st.open_ops, st.open_spans, st.pending_pods, st.nodes, st.health)
         return snap.seq_ranges(), fold
 
     # --------------------------------------------------------------- writing
@@ -870,6 +874,7 @@ def _merge_states(states: list[StoreState]) -> StoreState:
         merged.open_spans.extend(st.open_spans)
         merged.pending_pods.extend(st.pending_pods)
         merged.nodes.extend(st.nodes)
+        merged.health.extend(st.health)
     return merged
 
 

@@ -203,6 +203,37 @@ function drawNodeLag(report) {
   barChart("node-lag", top.shown, "no nodes yet", top.rest);
 }
 
+// The report lists the top volumes of each health section and counts them all.
+function drawNearFull(report) {
+  const items = report.near_full.slice(0, TOP_NODES).map((f) => {
+    const share = Math.max(f.share, f.inode_share);
+    return {
+      label: `${f.node} ${f.namespace}/${f.claim || f.volume_id}`, value: share * 100,
+      cls: share >= 1 ? "final" : "", text: `${(share * 100).toFixed(1)}%`,
+      data: { node: f.node, namespace: f.namespace, claim: f.claim, volume: f.volume_id,
+        share: f.share, "inode-share": f.inode_share, used: f.used_bytes,
+        capacity: f.capacity_bytes },
+    };
+  });
+  barChart("near-full", items, "no volume near full", report.near_full_total - items.length,
+    "volumes");
+}
+
+function drawAbnormal(report) {
+  const now = report.generated_us;
+  const items = report.abnormal.slice(0, TOP_NODES).map((f) => {
+    const seconds = Math.max(0, (now - f.since_us) / 1e6);
+    return {
+      label: `${f.node} ${f.namespace}/${f.claim || f.volume_id}`, value: seconds, cls: "stuck",
+      text: `${fmt(seconds)}s ${f.message}`,
+      data: { node: f.node, namespace: f.namespace, claim: f.claim, volume: f.volume_id,
+        pod: f.pod_uid, message: f.message, since: f.since_us },
+    };
+  });
+  barChart("abnormal-volumes", items, "no abnormal volume", report.abnormal_total - items.length,
+    "volumes");
+}
+
 function drawOperations(report) {
   table("operations-table",
     [["driver", false], ["operation", false], ["count", true], ["failed", true],
@@ -218,6 +249,8 @@ function render(report) {
   drawFailureCodes(report);
   drawUncertain(report);
   drawNodeLag(report);
+  drawNearFull(report);
+  drawAbnormal(report);
   drawOperations(report);
   const status = document.getElementById("status");
   status.className = "";

@@ -384,7 +384,14 @@ def test_configmap_change_reaches_the_pod_atomically(svc: ServeProcess, uid: str
     assert bad == [] and reads[0] > 0
     assert read_payload(root) == new
     assert len(ts_dirs(root)) == 1
-    mounted = [b for b in events(svc) if isinstance(b, VolumeMounted) and b.volume_name == "config"]
+
+    def mounts() -> list[VolumeMounted]:
+        bodies = events(svc)
+        return [b for b in bodies if isinstance(b, VolumeMounted) and b.volume_name == "config"]
+
+    # The files swap before the rewrite's VolumeMounted is durable: wait for the record.
+    until("the rewrite recorded", lambda: mounts()[-1].contents != mounts()[0].contents, 10)
+    mounted = mounts()
     assert "ConfigMap default/app-config" in mounted[-1].contents
     assert mounted[-1].contents != mounted[0].contents  # a new resource version
     code, out, err = cli(svc, "replay")  # which version the pod had mounted when

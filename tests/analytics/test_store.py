@@ -147,6 +147,27 @@ def test_files_a_compaction_left_unlisted_are_removed_on_the_next_open(tmp_path:
     assert without_publish_lag(report_from(root, NOW_US)) == without_publish_lag(expected)
 
 
+def test_files_that_are_not_the_stores_own_are_never_deleted(tmp_path: Path) -> None:
+    """A store is made only in a new or empty dir; in its own dirs it deletes only its files."""
+    lake = tmp_path / "lake"  # someone's hive-partitioned data, given as --db by mistake
+    theirs = lake / "events" / "day=2024-05-01" / "part=0" / "data.parquet"
+    theirs.parent.mkdir(parents=True)
+    theirs.write_bytes(b"their bytes")
+    with pytest.raises(StoreError, match="not a volfsm analytics store, and not empty"):
+        AnalyticsStore(lake)
+    assert theirs.read_bytes() == b"their bytes"
+    assert not (lake / storage.CATALOG_DIR).exists()
+    root = tmp_path / "a"
+    with AnalyticsStore(root) as store:
+        feed(store, history()[:50], batch=50)
+    stray = root / "events" / "day=2024-05-01" / "part=0" / "notes.txt"
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_bytes(b"kept")
+    with AnalyticsStore(root):  # the next writer sweeps unlisted files: only its own names
+        pass
+    assert stray.read_bytes() == b"kept"
+
+
 def test_open_state_survives_reopening_between_batches(tmp_path: Path) -> None:
     envs = history()
     path = tmp_path / "a"

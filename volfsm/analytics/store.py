@@ -50,6 +50,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from loguru import logger
 
 from projections.analytics import (
     AnalyticsFold,
@@ -70,6 +71,8 @@ STORE_SCHEMA = 2
 """Schema 1 was one SQLite file holding every row (see `volfsm.analytics.migrate`)."""
 
 CATALOG_DIR = "_catalog"
+_OWN_FILE = re.compile(r"^\.?\d{8}\.parquet(\.tmp)?$")
+"""The names `_write_file` gives its files (and their temporary names)."""
 DEFAULT_COMPACT_ROWS = 200_000
 DEFAULT_COMPACT_AGE_S = 300.0
 MERGE_FILES = 8
@@ -522,6 +525,13 @@ class AnalyticsStore:
             raise StoreError(f"partition {partition} of {partitions} does not exist")
         if root.exists() and not root.is_dir():
             raise _not_a_store(root)
+        if not (root / CATALOG_DIR).is_dir() and root.is_dir() and any(root.iterdir()):
+            # A store deletes the Parquet files its catalog does not list: it is only ever
+            # made in a new or empty directory, never over files that are not its own.
+            raise StoreError(
+                f"{root}: not a volfsm analytics store, and not empty: a new store is made "
+                "only in a new or empty directory (give --db another path)"
+            )
         for part, cpath in catalog_paths(root).items():
             if part != partition:
                 with contextlib.closing(Catalog(cpath, read_only=True)) as other:
@@ -559,8 +569,12 @@ class AnalyticsStore:
         for table in TABLES:
             for path in (root / table).glob(f"day=*/part={partition}/*"):
                 rel = path.relative_to(root).as_posix()
-                if rel not in listed:
+                if rel in listed:
+                    continue
+                if _OWN_FILE.match(path.name) and path.is_file() and not path.is_symlink():
                     path.unlink()
+                else:
+                    logger.warning("analytics store: {} is not one of its files; kept", path)
         self._delete_retired(RETIRE_AFTER_S)
 
     def close(self) -> None:

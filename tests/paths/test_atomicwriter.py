@@ -95,6 +95,29 @@ def test_update_swaps_and_removes_old_dir_and_gone_keys(vol: Path) -> None:
     assert read_payload(vol) == {"keep": b"2", "new/deep": b"n"}
 
 
+def test_a_mount_inside_an_old_dir_keeps_the_dir_and_its_data(vol: Path, tmp_path: Path) -> None:
+    """Someone bound their data into the old payload dir: the swap never deletes through it."""
+    writer = AtomicWriter(vol)
+    first = writer.write({"keep": FileProjection(b"1")})
+    data = tmp_path / "their-data"
+    data.mkdir()
+    (data / "precious").write_bytes(b"theirs")
+    inside = vol / first.data_dir / "bound"
+    inside.mkdir()
+    subprocess.run(["mount", "--bind", str(data), str(inside)], check=True)
+    try:
+        second = writer.write({"keep": FileProjection(b"2")})
+        assert second.kept == [first.data_dir]
+        assert (inside / "precious").read_bytes() == b"theirs"
+        third = writer.write({"keep": FileProjection(b"3")})  # the sweep keeps it too
+        assert first.data_dir not in third.swept and (vol / first.data_dir).is_dir()
+        assert read_payload(vol) == {"keep": b"3"}
+    finally:
+        subprocess.run(["umount", str(inside)], check=True)
+    assert (data / "precious").read_bytes() == b"theirs"
+    assert first.data_dir in writer.write({"keep": FileProjection(b"4")}).swept
+
+
 def test_empty_payload_empties_the_volume(vol: Path) -> None:
     writer = AtomicWriter(vol)
     writer.write({"k": FileProjection(b"v")})

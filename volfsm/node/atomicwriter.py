@@ -44,6 +44,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from volfsm.node.mounts import mounts_under
+
 DATA_DIR = "..data"
 DATA_DIR_TMP = "..data_tmp"
 DEFAULT_FILE_MODE = 0o644
@@ -82,6 +84,8 @@ class WriteResult:
     removed_paths: list[str] = field(default_factory=list)
     swept: list[str] = field(default_factory=list)
     """Stale timestamped dirs (left by a crash) removed on the way."""
+    kept: list[str] = field(default_factory=list)
+    """The old timestamped dir, when something is mounted in it: kept, not removed."""
 
 
 def check_path(path: str) -> str:
@@ -153,6 +157,19 @@ def _same_bytes(path: Path, data: bytes) -> bool:
         return False
 
 
+def _remove_own_dir(path: Path) -> bool:
+    """Remove a timestamped dir this writer made; kept (False) if a mount is at or under it.
+
+    Such a dir holds only the files the writer put there. A mount inside it is
+    someone else's (a bind mount into a projected volume, say): `shutil.rmtree`
+    would delete what is mounted, so the dir stays and the caller reports it.
+    """
+    if mounts_under(path):
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return True
+
+
 def _timestamp_prefix() -> str:
     return ".." + time.strftime("%Y_%m_%d_%H_%M_%S", time.gmtime()) + "."
 
@@ -211,10 +228,13 @@ class AtomicWriter:
         self._step("swapped")
         self._make_visible(files)
         removed = self._remove_visible(to_remove)
-        if old_dir is not None and old_name != new_name:
-            shutil.rmtree(old_dir, ignore_errors=True)
+        kept: list[str] = []
+        if old_dir is not None and old_name != new_name and not _remove_own_dir(old_dir):
+            kept.append(old_dir.name)
         self._step("done")
-        return WriteResult(written=True, data_dir=new_name, removed_paths=removed, swept=swept)
+        return WriteResult(
+            written=True, data_dir=new_name, removed_paths=removed, swept=swept, kept=kept
+        )
 
     def _paths_to_remove(
         self, old_dir: Path | None, files: Mapping[str, FileProjection]
@@ -304,8 +324,7 @@ class AtomicWriter:
             if name == keep or not TS_DIR_RE.match(name):
                 continue
             path = self.target_dir / name
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
+            if path.is_dir() and not path.is_symlink() and _remove_own_dir(path):
                 swept.append(name)
         (self.target_dir / DATA_DIR_TMP).unlink(missing_ok=True)
         return sorted(swept)

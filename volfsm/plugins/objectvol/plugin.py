@@ -212,10 +212,13 @@ class ObjectVolumePlugin(VolumePlugin):
         if payload.refresh_at is not None and self.shared.remount_at is not None:
             self.shared.remount_at(req.pod_uid, req.volume_name, payload.refresh_at)
         change = "written" if result.written else "unchanged"
+        detail = f"{change} {result.data_dir}"
+        if result.kept:
+            detail += f"; kept {', '.join(result.kept)}: a mount is inside it"
         return MountResult(
             path=str(volume_dir),
             mount_found=mount_found,
-            detail=f"{change} {result.data_dir}",
+            detail=detail,
             contents=f"{change}: {payload.describe()}",
             ownership=owned[0].summary() if owned else "",
             ownership_s=owned[0].duration_s if owned else 0.0,

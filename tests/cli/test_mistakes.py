@@ -45,6 +45,13 @@ MISTAKES: list[tuple[str, list[str], dict[str, str]]] = [
     ("html without a file", ["timeline", "--db", str(INCIDENT), "-o", "html"], {}),
     ("bad stats period", ["serve", "--volume-stats-agg-period", "1 min", "--data-dir", "d"], {}),
     ("negative timeout", ["wait", "pod", "a/b", "--for", "mounted", "--timeout", "-1"], {}),
+    ("user without password", ["get", "pods", "--nats", NOWHERE, "--nats-user", "u"], {}),
+    ("missing TLS cert", ["stream", "check", "--nats", NOWHERE, "--nats-tls-cert", "nope"], {}),
+    (
+        "missing creds file in env",
+        ["analytics", "partition", "--nats", NOWHERE, "--partitions", "2"],
+        {"VOLFSM_NATS_CREDS": "nope.creds"},
+    ),
 ]
 
 

@@ -10,7 +10,7 @@ import asyncio
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -26,6 +26,7 @@ from volfsm.analytics.defaults import (
     partition_durable,
     partition_subjects,
 )
+from volfsm.bus.credopts import NatsCredentials, with_credentials
 
 app = typer.Typer(
     help="Cluster-wide storage analytics over every node's events in JetStream.",
@@ -52,27 +53,6 @@ def time_option(text: str | None, option: str) -> int | None:
         return parse_time(text)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=option) from None
-
-
-def _auth(name: str, env: str, help_text: str) -> Any:
-    return typer.Option(
-        name, envvar=env, help=help_text, rich_help_panel="NATS credentials", show_default=False
-    )
-
-
-UserOpt = Annotated[str | None, _auth("--nats-user", "VOLFSM_NATS_USER", "NATS user.")]
-PasswordOpt = Annotated[
-    str | None, _auth("--nats-password", "VOLFSM_NATS_PASSWORD", "NATS password.")
-]
-TokenOpt = Annotated[str | None, _auth("--nats-token", "VOLFSM_NATS_TOKEN", "NATS token.")]
-CredsOpt = Annotated[str | None, _auth("--nats-creds", "VOLFSM_NATS_CREDS", "NATS .creds file.")]
-CaOpt = Annotated[str | None, _auth("--nats-tls-ca", "VOLFSM_NATS_TLS_CA", "CA for NATS TLS.")]
-CertOpt = Annotated[
-    str | None, _auth("--nats-tls-cert", "VOLFSM_NATS_TLS_CERT", "Client cert for NATS TLS.")
-]
-KeyOpt = Annotated[
-    str | None, _auth("--nats-tls-key", "VOLFSM_NATS_TLS_KEY", "Client key for NATS TLS.")
-]
 
 
 class Format(StrEnum):
@@ -113,6 +93,7 @@ def _host_port(text: str) -> tuple[str, int]:
 
 
 @app.command()
+@with_credentials
 def serve(
     nats_url: Annotated[str, typer.Option("--nats", help="NATS server URL(s), comma-separated.")],
     db: DbOpt,
@@ -153,13 +134,8 @@ def serve(
     ] = DEFAULT_PARTITIONS,
     lag_threshold: LagOpt = DEFAULT_LAG_THRESHOLD_S,
     stuck_threshold: StuckOpt = DEFAULT_STUCK_THRESHOLD_S,
-    nats_user: UserOpt = None,
-    nats_password: PasswordOpt = None,
-    nats_token: TokenOpt = None,
-    nats_creds: CredsOpt = None,
-    nats_tls_ca: CaOpt = None,
-    nats_tls_cert: CertOpt = None,
-    nats_tls_key: KeyOpt = None,
+    *,
+    credentials: NatsCredentials,
 ) -> None:
     """Consume every node's events into the store, exactly once; optionally serve HTTP.
 
@@ -171,21 +147,12 @@ def serve(
     from volfsm.analytics.run import serve as run_serve
     from volfsm.analytics.store import StoreError
     from volfsm.bus.urls import split_servers
-    from volfsm.service.client import auth_options
     from volfsm.service.config import ConfigError
 
     if from_start and since is not None:
         fail("--from-start and --since exclude each other")
     try:
-        connect = auth_options(
-            user=nats_user,
-            password=nats_password,
-            token=nats_token,
-            creds=nats_creds,
-            tls_ca=nats_tls_ca,
-            tls_cert=nats_tls_cert,
-            tls_key=nats_tls_key,
-        )
+        connect = credentials.connect_options()
     except ConfigError as exc:
         fail(str(exc))
     try:
@@ -335,6 +302,7 @@ def migrate(
 
 
 @app.command()
+@with_credentials
 def partition(
     nats_url: Annotated[str, typer.Option("--nats", help="NATS server URL(s), comma-separated.")],
     partitions: Annotated[
@@ -352,13 +320,8 @@ def partition(
             "--force", help="Also when the stream holds messages (they stay unpartitioned)."
         ),
     ] = False,
-    nats_user: UserOpt = None,
-    nats_password: PasswordOpt = None,
-    nats_token: TokenOpt = None,
-    nats_creds: CredsOpt = None,
-    nats_tls_ca: CaOpt = None,
-    nats_tls_cert: CertOpt = None,
-    nats_tls_key: KeyOpt = None,
+    *,
+    credentials: NatsCredentials,
 ) -> None:
     """Split the event stream into ingest partitions by node (a stream subject transform).
 
@@ -366,19 +329,10 @@ def partition(
     `serve --partition P --partitions N` per partition.
     """
     from volfsm.analytics.partition import PartitionError, set_stream_partitions
-    from volfsm.service.client import auth_options
     from volfsm.service.config import ConfigError
 
     try:
-        connect = auth_options(
-            user=nats_user,
-            password=nats_password,
-            token=nats_token,
-            creds=nats_creds,
-            tls_ca=nats_tls_ca,
-            tls_cert=nats_tls_cert,
-            tls_key=nats_tls_key,
-        )
+        connect = credentials.connect_options()
     except ConfigError as exc:
         fail(str(exc))
 

@@ -17,7 +17,7 @@ import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
@@ -26,6 +26,7 @@ import msgspec
 import typer
 
 from projections.textfmt import describe_error, describe_operation
+from volfsm.bus.credopts import CREDENTIAL_PARAMETERS, NatsCredentials
 from volfsm.cli import objects as object_cli
 from volfsm.cli.common import DataDirOpt, Output, OutputOpt, fail
 from volfsm.cli.live import (
@@ -51,7 +52,6 @@ from volfsm.service.target import (
     CommandFailedError,
     ServiceUnreachableError,
     Target,
-    auth_options,
     find_target,
 )
 
@@ -96,25 +96,6 @@ TimeoutOpt = Annotated[
 ]
 
 
-def _auth(name: str, env: str, help_text: str) -> Any:
-    return typer.Option(name, envvar=env, help=help_text, rich_help_panel=PANEL, show_default=False)
-
-
-UserOpt = Annotated[str | None, _auth("--nats-user", "VOLFSM_NATS_USER", "NATS user.")]
-PasswordOpt = Annotated[
-    str | None, _auth("--nats-password", "VOLFSM_NATS_PASSWORD", "NATS password.")
-]
-TokenOpt = Annotated[str | None, _auth("--nats-token", "VOLFSM_NATS_TOKEN", "NATS token.")]
-CredsOpt = Annotated[str | None, _auth("--nats-creds", "VOLFSM_NATS_CREDS", "NATS .creds file.")]
-CaOpt = Annotated[str | None, _auth("--nats-tls-ca", "VOLFSM_NATS_TLS_CA", "CA for NATS TLS.")]
-CertOpt = Annotated[
-    str | None, _auth("--nats-tls-cert", "VOLFSM_NATS_TLS_CERT", "Client cert for NATS TLS.")
-]
-KeyOpt = Annotated[
-    str | None, _auth("--nats-tls-key", "VOLFSM_NATS_TLS_KEY", "Client key for NATS TLS.")
-]
-
-
 @dataclass(frozen=True)
 class ServiceOptions:
     """How a command finds and talks to the service: its connection options."""
@@ -123,31 +104,23 @@ class ServiceOptions:
     node: str | None
     data_dir: Path | None
     request_timeout: float
-    nats_user: str | None
-    nats_password: str | None
-    nats_token: str | None
-    nats_creds: str | None
-    nats_tls_ca: str | None
-    nats_tls_cert: str | None
-    nats_tls_key: str | None
+    credentials: NatsCredentials
 
     @classmethod
     def of(cls, params: Mapping[str, Any]) -> ServiceOptions:
         """The connection options among a command's parameters."""
-        return cls(**{f.name: params[f.name] for f in fields(cls)})
+        return cls(
+            nats=params["nats"],
+            node=params["node"],
+            data_dir=params["data_dir"],
+            request_timeout=params["request_timeout"],
+            credentials=NatsCredentials.of(params),
+        )
 
     def target(self) -> Target:
         """Where the service is; a bad option exits 2, no service found exits 1."""
         try:
-            options = auth_options(
-                user=self.nats_user,
-                password=self.nats_password,
-                token=self.nats_token,
-                creds=self.nats_creds,
-                tls_ca=self.nats_tls_ca,
-                tls_cert=self.nats_tls_cert,
-                tls_key=self.nats_tls_key,
-            )
+            options = self.credentials.connect_options()
             return find_target(
                 nats_url=self.nats, node=self.node, data_dir=self.data_dir, options=options
             )
@@ -164,16 +137,9 @@ _SERVICE_PARAMETERS = [
         ("node", NodeOpt, None),
         ("data_dir", DataDirOpt, None),
         ("request_timeout", TimeoutOpt, DEFAULT_TIMEOUT_S),
-        ("nats_user", UserOpt, None),
-        ("nats_password", PasswordOpt, None),
-        ("nats_token", TokenOpt, None),
-        ("nats_creds", CredsOpt, None),
-        ("nats_tls_ca", CaOpt, None),
-        ("nats_tls_cert", CertOpt, None),
-        ("nats_tls_key", KeyOpt, None),
     )
-]
-"""The options every service command takes, one per `ServiceOptions` field."""
+] + CREDENTIAL_PARAMETERS
+"""The options every service command takes: where the service is, then the credentials."""
 
 
 def service_command(command: Callable[..., None]) -> Callable[..., None]:

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
+from volfsm.bus.credopts import NatsCredentials, with_credentials
 from volfsm.cli.common import fail
-from volfsm.cli.ops import CaOpt, CertOpt, CredsOpt, KeyOpt, PasswordOpt, TokenOpt, UserOpt
 
 if TYPE_CHECKING:
     from nats.js import JetStreamContext
@@ -89,18 +89,17 @@ def _target(
     replicas: int,
     window: float,
     timeout: float,
-    credentials: dict[str, str | None],
+    credentials: NatsCredentials,
 ) -> StreamTarget:
     """The checked options; a bad one exits 2."""
     from events.subjects import SubjectError, check_token
     from volfsm.bus.connect import split_servers
-    from volfsm.service.client import auth_options
     from volfsm.service.config import ConfigError
 
     try:
         split_servers(url)
         check_token(stream, "stream name")
-        connect = auth_options(**credentials)
+        connect = credentials.connect_options()
     except (ValueError, SubjectError, ConfigError) as exc:
         fail(str(exc))
     return StreamTarget(url, connect, stream, replicas, window, timeout)
@@ -111,40 +110,17 @@ def _stream_options(command: Callable[[StreamTarget], None]) -> Callable[..., No
 
     def wrapper(
         nats: NatsOpt,
+        credentials: NatsCredentials,
         stream: StreamOpt = "VOLFSM",
         replicas: ReplicasOpt = 1,
         duplicate_window: WindowOpt = 120.0,
         request_timeout: TimeoutOpt = 10.0,
-        nats_user: UserOpt = None,
-        nats_password: PasswordOpt = None,
-        nats_token: TokenOpt = None,
-        nats_creds: CredsOpt = None,
-        nats_tls_ca: CaOpt = None,
-        nats_tls_cert: CertOpt = None,
-        nats_tls_key: KeyOpt = None,
     ) -> None:
-        command(
-            _target(
-                nats,
-                stream,
-                replicas,
-                duplicate_window,
-                request_timeout,
-                {
-                    "user": nats_user,
-                    "password": nats_password,
-                    "token": nats_token,
-                    "creds": nats_creds,
-                    "tls_ca": nats_tls_ca,
-                    "tls_cert": nats_tls_cert,
-                    "tls_key": nats_tls_key,
-                },
-            )
-        )
+        command(_target(nats, stream, replicas, duplicate_window, request_timeout, credentials))
 
     wrapper.__name__ = command.__name__
     wrapper.__doc__ = command.__doc__
-    return wrapper
+    return with_credentials(wrapper)
 
 
 def _run(target: StreamTarget, work: Callable[[JetStreamContext], Awaitable[T]]) -> T:

@@ -62,18 +62,22 @@ def auth_options(
     """`nats.connect` options for these credentials (ConfigError when they do not fit)."""
     if not any((user, password, token, creds, tls_ca, tls_cert, tls_key)):
         return {}
+    import msgspec
+
     from volfsm.service.config import Layered, ServeConfig, nats_options  # TOML, TLS: only now
 
-    cfg = ServeConfig(
-        nats_user=user or "",
-        nats_password=password or "",
-        nats_token=token or "",
-        nats_creds=creds or "",
-        nats_tls_ca=tls_ca or "",
-        nats_tls_cert=tls_cert or "",
-        nats_tls_key=tls_key or "",
-    )
-    return nats_options(Layered(cfg, {}))
+    given = {
+        "nats_user": user,
+        "nats_password": password,
+        "nats_token": token,
+        "nats_creds": creds,
+        "nats_tls_ca": tls_ca,
+        "nats_tls_cert": tls_cert,
+        "nats_tls_key": tls_key,
+    }
+    cfg = msgspec.structs.replace(ServeConfig(), **{k: v or "" for k, v in given.items()})
+    origins = {key: f"the option or VOLFSM_{key.upper()}" for key, value in given.items() if value}
+    return nats_options(Layered(cfg, origins))
 
 
 def find_target(

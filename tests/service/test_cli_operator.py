@@ -144,10 +144,17 @@ def test_a_file_too_large_is_refused_before_it_is_parsed(svc: ServeProcess, tmp_
 
 
 def test_events_reads_the_stream_and_follows_it(svc: ServeProcess, tmp_path: Path) -> None:
-    done = volfsm(svc, "events", "--pod", "shop/web-0", "--type", "VolumeMounted", "-o", "json")
+    uid = UID.replace("a1", "d4")
+    mine = tmp_path / "web-3.yaml"
+    mine.write_text(POD.replace("web-0", "web-3").replace(UID, uid))
+    assert volfsm(svc, "apply", "-f", str(mine)).returncode == 0
+    assert volfsm(svc, "wait", "pod", "shop/web-3", "--for", "mounted").returncode == 0
+    done = volfsm(svc, "events", "--pod", "shop/web-3", "--type", "VolumeMounted", "-o", "json")
     assert done.returncode == 0, done.stderr
     [mounted] = [json.loads(line) for line in done.stdout.splitlines()]
-    assert (mounted["type"], mounted["body"]["pod_uid"]) == ("VolumeMounted", UID)
+    assert (mounted["type"], mounted["body"]["pod_uid"]) == ("VolumeMounted", uid)
+    volfsm(svc, "delete", "pod", "shop/web-3")
+    volfsm(svc, "wait", "pod", "shop/web-3", "--for", "unmounted")
 
     tail = spawn(svc, "events", "--follow", "--pod", "shop/web-1", "--kind", "podvol")
     try:

@@ -3,11 +3,12 @@
 * `volfsm.<node>.events.<EventType>`: every logged event, e.g.
   `volfsm.n1.events.DeviceMounted`.
 * `volfsm.<node>.cmd.<verb>`: request/reply commands to one node.
-* `Nats-Msg-Id` of an event: `<node>:<seq>`.
+* `Nats-Msg-Id` of an event: `<node>:<seq>/<key>`, the key secret to the node's log.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 PREFIX = "volfsm"
@@ -15,6 +16,7 @@ EVENTS_WILDCARD = "volfsm.*.events.>"
 """Every node's events: the subjects the JetStream event stream captures."""
 
 _BAD_TOKEN = re.compile(r"[.*>\s]")
+_MSG_KEY = re.compile(r"[0-9a-f]{16}")
 
 
 class SubjectError(ValueError):
@@ -61,13 +63,34 @@ def command_wildcard(node: str) -> str:
     return f"{PREFIX}.{check_token(node, 'node')}.cmd.>"
 
 
-def msg_id(node: str, seq: int) -> str:
-    """The `Nats-Msg-Id` of the event with log `seq` from `node`."""
-    return f"{node}:{seq}"
+def msg_key(log_id: str) -> str:
+    """The secret part of a log's msg ids: 16 hex digits derived from the log's random id.
+
+    JetStream dedupes by `Nats-Msg-Id` alone, across subjects: with ids that
+    are only `<node>:<seq>`, any publisher could send another node's next id
+    first and have the real event dropped as a duplicate. Other nodes never
+    see this log's id, so they cannot make its key.
+    """
+    if not log_id:
+        return ""
+    return hashlib.sha256(f"volfsm msg id\0{log_id}".encode()).hexdigest()[:16]
+
+
+def msg_id(node: str, seq: int, key: str = "") -> str:
+    """The `Nats-Msg-Id` of the event with log `seq` from `node`: `<node>:<seq>/<key>`.
+
+    The same log always gives the same id for a seq (a republish is a
+    duplicate); `key` is `msg_key(log_id)`. Without a key, the form volfsm
+    used before keys, `<node>:<seq>`, which `parse_msg_id` still reads.
+    """
+    return f"{node}:{seq}/{key}" if key else f"{node}:{seq}"
 
 
 def parse_msg_id(value: str) -> tuple[str, int]:
     """Split a `Nats-Msg-Id` made by `msg_id` into (node, seq); ValueError if it is not one."""
+    head, slash, key = value.rpartition("/")
+    if slash and _MSG_KEY.fullmatch(key):
+        value = head
     node, sep, seq = value.rpartition(":")
     if not sep or not node or not seq.isdigit():
         raise ValueError(f"not a volfsm message id: {value!r}")

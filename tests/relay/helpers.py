@@ -11,7 +11,7 @@ from nats.js.api import DeliverPolicy
 
 from events.codec import envelope_to_json
 from events.log import ANY_VERSION, EventLog
-from events.subjects import events_subject, msg_id, node_events_filter
+from events.subjects import events_subject, msg_id, msg_key, node_events_filter
 from events.types import Body, DeviceAttached, DeviceMounted, OperationStarted, VolumeResized
 from volfsm.bus.relay import Relay
 
@@ -63,8 +63,11 @@ async def append_events(
 
 def expected_from_log(log: EventLog, node: str = NODE) -> list[StreamedEvent]:
     """What the stream must hold for `node`: every logged event, once, in seq order."""
+    key = msg_key(log.log_id)
     return [
-        StreamedEvent(events_subject(node, env.type), msg_id(node, env.seq), envelope_to_json(env))
+        StreamedEvent(
+            events_subject(node, env.type), msg_id(node, env.seq, key), envelope_to_json(env)
+        )
         for env in log.read_after(0)
     ]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import nats
 
 from events.log import EventLog
-from events.subjects import EVENTS_WILDCARD
+from events.subjects import EVENTS_WILDCARD, msg_key
 from tests.relay.conftest import MakeRelay
 from tests.relay.helpers import (
     STREAM,
@@ -107,7 +107,9 @@ async def test_two_nodes_share_the_stream_without_mixing(
             await assert_stream_matches_log(mine, event_log, nats_server.url)
             assert await other.flush(30)
             got = await read_stream(nats_server.url, node="n2")
-            assert [e.msg_id for e in got] == [f"n2:{i}" for i in range(1, 31)]
+            key = msg_key(other_log.log_id)
+            assert len(key) == 16 and key != msg_key(event_log.log_id)
+            assert [e.msg_id for e in got] == [f"n2:{i}/{key}" for i in range(1, 31)]
         finally:
             await other.stop(flush_timeout=0)
     finally:

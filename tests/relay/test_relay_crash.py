@@ -14,7 +14,7 @@ import nats
 
 from events.codec import envelope_to_json
 from events.log import EventLog
-from events.subjects import events_subject, msg_id
+from events.subjects import events_subject, msg_id, msg_key
 from tests.relay.conftest import MakeRelay
 from tests.relay.helpers import (
     NODE,
@@ -71,7 +71,7 @@ async def test_events_published_by_hand_then_relay_skips_them(
             await js.publish(
                 events_subject(NODE, env.type),
                 envelope_to_json(env),
-                headers={"Nats-Msg-Id": msg_id(NODE, env.seq)},
+                headers={"Nats-Msg-Id": msg_id(NODE, env.seq, msg_key(event_log.log_id))},
             )
     finally:
         await nc.close()

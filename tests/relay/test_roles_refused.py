@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from events.codec import envelope_to_json
 from events.log import EventLog
-from events.subjects import events_subject
+from events.subjects import events_subject, msg_id, msg_key
 from tests.helpers.natsroles import (
     ADMIN,
     AGGREGATOR,
@@ -273,12 +273,13 @@ async def test_a_forged_msg_id_does_not_keep_the_real_event_out(bus: Bus) -> Non
             await relay.stop(flush_timeout=5)
         assert relay.counters.duplicates == 0
         [last] = list(log.read_after(99, 100))
+        key = msg_key(log.log_id)
     nc = await nats.connect(bus.url)
     try:
         msg = await nc.jetstream().get_last_msg(STREAM, "volfsm.n2.events.>")
     finally:
         await nc.close()
-    assert (msg.headers or {}).get("Nats-Msg-Id") == "n2:100"
+    assert (msg.headers or {}).get("Nats-Msg-Id") == f"n2:100/{key}"
     assert msg.data == envelope_to_json(last)
 
 
@@ -359,3 +360,41 @@ async def test_the_aggregator_ingests_each_event_once_and_refuses_foreign_ones(
     messages, first, last, consumers, config = await stream_state(bus.url)
     assert (messages, first, last, config) == (before[0], before[1], before[2], before[4])
     assert consumers == before[3] + 1  # its own durable consumer, and nothing else
+
+
+async def test_a_node_cannot_shadow_another_nodes_next_event(bus: Bus) -> None:
+    """JetStream dedupes by msg id across subjects: n1 sends, on its own subject (allowed),
+    the ids n2's next event would have without a key, and with the key of a log id it made up.
+    n2's event still lands: its id carries the key of n2's own log, which n1 never sees."""
+    with EventLog(bus.logs["n2"], node="n2") as log:
+        next_seq = log.last_seq() + 1
+        real_key = msg_key(log.log_id)
+    guesses = [msg_id("n2", next_seq), msg_id("n2", next_seq, msg_key("guessed-log-id"))]
+    node1 = await nats.connect(bus.url, **N1)
+    try:
+        for guess in guesses:
+            ack = await node1.jetstream().publish(
+                events_subject("n1", "PodAdded"), b"{}", headers={"Nats-Msg-Id": guess}
+            )
+            assert not ack.duplicate
+    finally:
+        await node1.close()
+    with EventLog(bus.logs["n2"], node="n2") as log:
+        await append_events(log, 1)
+        relay = Relay(
+            log, bus.url, "n2", RelayConfig(manage_stream=False, connect_options=node_login("n2"))
+        )
+        await relay.start()
+        try:
+            assert await relay.flush(30)
+        finally:
+            await relay.stop(flush_timeout=5)
+        assert relay.counters.duplicates == 0
+        [event] = list(log.read_after(next_seq - 1))
+    nc = await nats.connect(bus.url)
+    try:
+        msg = await nc.jetstream().get_last_msg(STREAM, "volfsm.n2.events.>")
+    finally:
+        await nc.close()
+    assert (msg.headers or {}).get("Nats-Msg-Id") == msg_id("n2", next_seq, real_key)
+    assert msg.data == envelope_to_json(event)

@@ -27,7 +27,7 @@ from nats.js.api import DeliverPolicy
 
 from events.codec import envelope_to_json
 from events.log import EventLog
-from events.subjects import events_subject, msg_id, node_events_filter
+from events.subjects import events_subject, msg_id, msg_key, node_events_filter, parse_msg_id
 from volfsm.bus import free_port
 from volfsm.node import mounts
 
@@ -245,10 +245,19 @@ class StreamedEvent:
 
 def expected_stream(log: EventLog, node: str = NODE) -> list[StreamedEvent]:
     """What the stream must hold: every logged event once, in seq order."""
+    key = msg_key(log.log_id)
     return [
-        StreamedEvent(events_subject(node, env.type), msg_id(node, env.seq), envelope_to_json(env))
+        StreamedEvent(
+            events_subject(node, env.type), msg_id(node, env.seq, key), envelope_to_json(env)
+        )
         for env in log.read_after(0)
     ]
+
+
+def keyless(events: list[StreamedEvent]) -> list[tuple[str, tuple[str, int], bytes]]:
+    """`events` with each msg id as (node, seq): a log restored from the stream has a new
+    msg key, while the events it got back keep the ids they were published with."""
+    return [(e.subject, parse_msg_id(e.msg_id), e.data) for e in events]
 
 
 async def read_stream_async(

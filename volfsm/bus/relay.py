@@ -2,9 +2,10 @@
 
 The log is the outbox. The relay reads it after a named cursor
 (`relay:<stream>`), publishes each event on `volfsm.<node>.events.<Type>`
-with `Nats-Msg-Id: <node>:<seq>` and the JSON envelope as body, and moves
-the cursor only over events JetStream acknowledged. Appends never wait for
-the relay: it only reads the log, and `notify()` merely wakes it early.
+with `Nats-Msg-Id: <node>:<seq>/<key>` (`events.subjects.msg_key`: secret
+to this log) and the JSON envelope as body, and moves the cursor only over
+events JetStream acknowledged. Appends never wait for the relay: it only
+reads the log, and `notify()` merely wakes it early.
 
 How it stays exactly-once and in order, whatever NATS does:
 
@@ -58,7 +59,7 @@ from nats.js import JetStreamContext
 from events.codec import envelope_to_json
 from events.errors import LogClosedError
 from events.log import EventLog, row_to_envelope
-from events.subjects import check_token, events_subject, node_events_filter
+from events.subjects import check_token, events_subject, msg_id, msg_key, node_events_filter
 from volfsm import faultpoints
 from volfsm.bus.connect import OWNED_OPTIONS, Denials, connect_once
 from volfsm.bus.errors import NatsAuthError, NatsDeniedError, NatsSetupError, StreamConfigError
@@ -544,6 +545,7 @@ class Relay:
         loop = asyncio.get_running_loop()
         inflight = self._inflight
         node = self.node
+        key = msg_key(self.log.log_id)
         timeout = self.publish_timeout_s
         subjects = self._subjects
         counters = self.counters
@@ -574,7 +576,10 @@ class Relay:
                 inflight[seq] = loop.time() + timeout
                 self._last_sent = seq
                 await nc.publish(
-                    subject, data, reply=inbox + str(seq), headers={MSG_ID_HEADER: f"{node}:{seq}"}
+                    subject,
+                    data,
+                    reply=inbox + str(seq),
+                    headers={MSG_ID_HEADER: msg_id(node, seq, key)},
                 )
                 counters.published += 1
             if len(inflight) > counters.max_inflight_seen:

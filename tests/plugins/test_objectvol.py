@@ -7,7 +7,9 @@ named at once, trust bundles, tokens and their refresh rule, reconstruction hook
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -23,6 +25,7 @@ from cryptography.hazmat.primitives import serialization
 
 from events.log import EventLog
 from events.types import VolumeMounted
+from tests.helpers import certsigner
 from tests.plugins.test_construct import Node, tmpfs_at
 from volfsm.desired.objects import Pod
 from volfsm.desired.volumes import ResourceFieldSelector
@@ -32,7 +35,17 @@ from volfsm.node.atomicwriter import read_payload
 from volfsm.node.layout import RootLayout
 from volfsm.plugins.base import ConstructedSpec, PluginError, PodVolumeDir, VolumeRequest
 from volfsm.plugins.catalog import PluginCatalog
-from volfsm.plugins.objectvol.certs import CertKey, CertManager, LocalCA
+from volfsm.plugins.objectvol.certs import (
+    REFRESH_RETRY_S,
+    CertError,
+    CertKey,
+    CertManager,
+    CommandCertSource,
+    Issued,
+    LocalCA,
+    PublicKey,
+)
+from volfsm.plugins.objectvol.command import CommandError, OperatorCommand
 from volfsm.plugins.objectvol.downward import DownwardAPIError, go_quote, resource_value
 from volfsm.plugins.objectvol.plugin import (
     ObjectVolumePlugin,
@@ -328,3 +341,117 @@ def test_pod_certificate_from_the_node_ca_and_its_renewal(tmp_path: Path, key_ty
     renewed = manager.get(key)
     assert renewed.key_pem != cred.key_pem  # a new key with each certificate
     assert LocalCA(tmp_path / "ca.pem", "n1").cert == ca.cert  # the CA is kept
+
+
+def _spki_pem(key_pem: bytes) -> bytes:
+    private = serialization.load_pem_private_key(key_pem, password=None)
+    return private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def _cert_key(signer: str, key_type: str = "ECDSAP256") -> CertKey:
+    return CertKey("ns", "web", "u-1", "sa", signer, key_type, 86400, "b.pem", (("team", "a"),))
+
+
+@pytest.fixture
+def signer(tmp_path: Path) -> tuple[CommandCertSource, x509.Certificate, Path]:
+    """A --cert-command source over tests/helpers/certsigner.py, its CA, its request record."""
+    ca = certsigner.make_ca(tmp_path / "signer-ca.pem")
+    record = tmp_path / "request.json"
+    command = f"{sys.executable} {certsigner.__file__} {tmp_path / 'signer-ca.pem'} {record}"
+    return CommandCertSource(command, "node-1"), ca, record
+
+
+def test_cert_command_gets_the_request_and_its_chain(
+    signer: tuple[CommandCertSource, x509.Certificate, Path],
+) -> None:
+    source, ca, record = signer
+    cred = CertManager(source).get(_cert_key("example.com/good", "ED25519"))
+    leaf, root = x509.load_pem_x509_certificates(cred.chain_pem)
+    assert root == ca
+    leaf.verify_directly_issued_by(ca)
+    assert leaf.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ) == _spki_pem(cred.key_pem)
+    assert cred.not_after - cred.not_before == 3600
+    assert cred.refresh_at() == cred.not_before + 0.8 * 3600  # no hint: 80% of the lifetime
+    request = json.loads(record.read_text())
+    assert request["stdin"].encode() == _spki_pem(cred.key_pem)  # the public key only
+    expected = {
+        "VOLFSM_SIGNER_NAME": "example.com/good",
+        "VOLFSM_NAMESPACE": "ns",
+        "VOLFSM_POD_NAME": "web",
+        "VOLFSM_POD_UID": "u-1",
+        "VOLFSM_SERVICE_ACCOUNT": "sa",
+        "VOLFSM_NODE_NAME": "node-1",
+        "VOLFSM_MAX_EXPIRATION_SECONDS": "86400",
+        "VOLFSM_KEY_TYPE": "ED25519",
+        "VOLFSM_USER_ANNOTATIONS": '{"team": "a"}',
+    }
+    assert {name: request["env"].get(name) for name in expected} == expected
+    short = CertManager(source).get(_cert_key("example.com/short"))
+    assert short.refresh_at() == short.not_before + certsigner.SHORT_TTL // 2  # the signer's hint
+
+
+@pytest.mark.parametrize(
+    ("signer_name", "problem"),
+    [
+        ("example.com/garbage", "it printed no PEM CERTIFICATE block"),
+        ("example.com/private-key", "PEM block 1 is a PRIVATE KEY block, not a CERTIFICATE"),
+        ("example.com/wrong-key", "the leaf certificate is not for the node's key"),
+        ("example.com/expired", "the leaf certificate expired at "),
+        ("example.com/fail", f"exited 3: {certsigner.FAIL_LINE}"),
+    ],
+)
+def test_cert_command_bad_output_fails_naming_the_problem_not_the_output(
+    signer: tuple[CommandCertSource, x509.Certificate, Path], signer_name: str, problem: str
+) -> None:
+    source, _, _ = signer
+    with pytest.raises(CertError) as caught:
+        CertManager(source).get(_cert_key(signer_name))
+    message = str(caught.value)
+    assert message.startswith(f"--cert-command {sys.executable!r}") and problem in message
+    assert "-----" not in message and "hello" not in message
+
+
+def test_a_failed_cert_refresh_keeps_the_credential_until_it_expires() -> None:
+    ca, down = LocalCA(None, "n1"), [False]
+
+    class Flaky:
+        def issue(self, key: CertKey, public_key: PublicKey) -> Issued:
+            if down[0]:
+                raise CertError("signer down")
+            return ca.issue(key, public_key)
+
+    now = [time.time()]
+    manager = CertManager(Flaky(), clock=lambda: now[0])
+    key = _cert_key("example.com/pods")
+    cred = manager.get(key)
+    down[0] = True
+    now[0] = cred.refresh_at() + 1
+    kept = manager.get(key)
+    assert kept.key_pem == cred.key_pem and kept.refresh_at() == now[0] + REFRESH_RETRY_S
+    now[0] = cred.not_after
+    with pytest.raises(CertError, match=r"^certificate expired and refresh failed: signer down$"):
+        manager.get(key)
+
+
+def test_operator_command_is_killed_with_its_children_after_the_timeout(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    script = f"sh -c 'sleep 60 & echo $! > {pid_file}; wait'"
+    command = OperatorCommand(script, "--cert-command", timeout_s=2.0)
+    with pytest.raises(CommandError, match=r"^--cert-command 'sh' did not finish in 2s: killed$"):
+        command.run()
+    stat_path = Path(f"/proc/{int(pid_file.read_text())}/stat")
+
+    def gone() -> bool:
+        try:
+            return stat_path.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    deadline = time.monotonic() + 10
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(), "the command's child outlived the timeout"

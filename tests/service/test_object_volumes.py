@@ -205,6 +205,8 @@ def test_secret_is_on_tmpfs_with_its_mode(svc: ServeProcess, uid: str) -> None:
     creds = vol_dir(svc, uid, "secret", "creds")
     found = mounts.find_mount(creds)
     assert found is not None and found.fstype == "tmpfs"
+    # sized as the kubelet's wrapped memory emptyDir: the pod's 64Mi limit, below allocatable 1Gi
+    assert found.super_option("size") == f"{64 * 1024}k"
     assert (creds / "password").read_bytes() == SECRET.encode()
     assert mode(creds / "password") == 0o400
 

@@ -214,6 +214,17 @@ class ServeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             metavar="CMD",
         ),
     ] = ""
+    cert_command: Annotated[
+        str,
+        option(
+            "Certificates for projected podCertificate sources: run CMD with the request in "
+            "VOLFSM_* environment variables and the node-generated public key (PEM) on stdin; "
+            "its stdout is the PEM certificate chain, leaf first. Default: a node-local CA "
+            "(trusted by no one else).",
+            panel=PANEL_ENGINE,
+            metavar="CMD",
+        ),
+    ] = ""
     token_max_ttl: Annotated[
         int,
         option(
@@ -414,6 +425,8 @@ class Settings:
     """Seconds between volume stats gatherings of a pod (0: none)."""
     token_command: str = ""
     """The token command ("": the node-local signer)."""
+    cert_command: str = ""
+    """The podCertificate command ("": the node-local CA)."""
     token_max_ttl: int = 0
     """Cap on token lifetimes in seconds (0: none; for tests)."""
     csi_republish_period: int = 60
@@ -614,6 +627,7 @@ def resolve(layered: Layered) -> Settings:
         stream_setup=cfg.stream_setup,
         volume_stats_period=_duration(layered, "volume_stats_agg_period"),
         token_command=cfg.token_command,
+        cert_command=cfg.cert_command,
         token_max_ttl=cfg.token_max_ttl,
         csi_republish_period=cfg.csi_republish_period,
         node_labels=_labels(layered),

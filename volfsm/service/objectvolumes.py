@@ -2,7 +2,9 @@
 
 `register_object_plugins` registers the four plugins with their token
 source (``--token-command`` or the node-local signer, its key in
-``<data-dir>/tokens/signer.pem``, 0600) and node resources
+``<data-dir>/tokens/signer.pem``, 0600), certificate source
+(``--cert-command`` or the node-local CA in ``<data-dir>/tokens/ca.pem``)
+and node resources
 (``--node-allocatable`` over what the node has); `start_updates` hooks
 them to the engine's object store once there is one.
 """
@@ -16,7 +18,7 @@ from volfsm.desired.quantity import parse_quantity
 from volfsm.engine import VolumeEngine
 from volfsm.node.layout import RootLayout
 from volfsm.plugins.catalog import PluginCatalog
-from volfsm.plugins.objectvol.certs import CertManager, LocalCA
+from volfsm.plugins.objectvol.certs import CertManager, CertSource, CommandCertSource, LocalCA
 from volfsm.plugins.objectvol.downward import node_allocatable
 from volfsm.plugins.objectvol.plugin import ObjectVolumes, object_plugins
 from volfsm.plugins.objectvol.tokens import (
@@ -39,6 +41,13 @@ def token_source(s: Settings) -> TokenSource:
     return LocalSigner(s.data_dir / SIGNER_KEY, issuer=f"volfsm-node-local:{s.node}")
 
 
+def cert_source(s: Settings) -> CertSource:
+    """The certificate command if one is set, else the node-local CA."""
+    if s.cert_command:
+        return CommandCertSource(s.cert_command, s.node)
+    return LocalCA(s.data_dir / CA_KEY, s.node)
+
+
 def register_object_plugins(
     catalog: PluginCatalog, layout: RootLayout, s: Settings
 ) -> ObjectVolumes:
@@ -47,7 +56,7 @@ def register_object_plugins(
     allocatable.update({k: parse_quantity(v) for k, v in s.node_allocatable.items()})
     shared = ObjectVolumes(
         tokens=TokenManager(token_source(s), max_ttl_s=s.token_max_ttl or None),
-        certs=CertManager(LocalCA(s.data_dir / CA_KEY, s.node)),
+        certs=CertManager(cert_source(s)),
         allocatable=allocatable,
     )
     for plugin in object_plugins(layout, shared):

@@ -207,7 +207,7 @@ def token_payload(
 def certificate_payload(
     ctx: Context, source: PodCertificateProjection, mode: int, fs_user: int | None = None
 ) -> Payload:
-    """A podCertificate projection: a new key and its certificate chain, from the node's CA."""
+    """A podCertificate projection: a new key and its certificate chain, from the signer."""
     if ctx.certs is None:
         raise PayloadError("NoCertificateSource", "this node has no certificate source")
     meta = ctx.pod.metadata
@@ -221,6 +221,7 @@ def certificate_payload(
         key_type=source.key_type,
         expiration_seconds=source.max_expiration_seconds or DEFAULT_MAX_EXPIRATION_S,
         source="|".join(paths),
+        user_annotations=tuple(sorted(source.user_annotations.items())),
     )
     try:
         cred = ctx.certs.get(key)

@@ -3,7 +3,9 @@
 Each wraps a volume dir as the kubelet wraps an emptyDir
 (``pods/<uid>/volumes/kubernetes.io~<kind>/<name>``): a plain directory for
 configMap, a tmpfs for secret, downwardAPI and projected (Secret values and
-tokens never touch the node's disk), then fills it with the `AtomicWriter`.
+tokens never touch the node's disk) sized as the kubelet sizes that memory
+emptyDir (the pod's memory limit, else the node's allocatable memory), then
+fills it with the `AtomicWriter`.
 SetUp reads the objects from the node's object store; called again for a
 remount (the kubelet's RequiresRemount: a changed ConfigMap, Secret, pod
 label or a token due for refresh) it rewrites only what changed, in one
@@ -30,8 +32,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
+import msgspec
+
 from events.types import DesiredVolume, VolumeSource
 from volfsm.desired.objects import Pod
+from volfsm.desired.resolve import pod_memory_limit
 from volfsm.desired.volumes import Volume
 from volfsm.node import mounts
 from volfsm.node.atomicwriter import AtomicWriteError, AtomicWriter, check_payload
@@ -50,6 +55,7 @@ from volfsm.plugins.base import (
     VolumePlugin,
     VolumeRequest,
 )
+from volfsm.plugins.emptydir import memory_volume_size
 from volfsm.plugins.objectvol.certs import CertManager
 from volfsm.plugins.objectvol.payload import Context, PayloadError, volume_payload
 from volfsm.plugins.objectvol.tokens import TokenManager
@@ -197,7 +203,7 @@ class ObjectVolumePlugin(VolumePlugin):
             raise PluginError(exc.code, f"{where}: {exc}", ErrorClass.TRANSIENT) from None
         except AtomicWriteError as exc:
             raise PluginError("InvalidPath", f"{where}: {exc}", ErrorClass.TRANSIENT) from None
-        mount_found = self._wrap(volume_dir)
+        mount_found = self._wrap(volume_dir, self._tmpfs_size(req, ctx.pod))
         owned: list[OwnershipResult] = []
 
         def set_perms(top: Path) -> None:
@@ -224,8 +230,18 @@ class ObjectVolumePlugin(VolumePlugin):
             ownership_s=owned[0].duration_s if owned else 0.0,
         )
 
-    def _wrap(self, volume_dir: Path) -> bool | None:
-        """The wrapped emptyDir: the dir, with a tmpfs for the memory plugins."""
+    def _tmpfs_size(self, req: VolumeRequest, pod: Pod) -> int | None:
+        """The size of the kubelet's wrapped memory emptyDir (no sizeLimit): the pod's memory
+        limit, else the node's allocatable memory (`memory_volume_size`)."""
+        memory = self.shared.allocatable.get("memory")
+        wrapped = msgspec.structs.replace(
+            req.source, pod_memory_limit_bytes=pod_memory_limit(pod), size_limit_bytes=None
+        )
+        return memory_volume_size(wrapped, int(memory) if memory else None)
+
+    def _wrap(self, volume_dir: Path, size: int | None) -> bool | None:
+        """The wrapped emptyDir: the dir, with a tmpfs of `size` bytes for the memory plugins
+        (an existing tmpfs is kept as it is, as the kubelet's wrapper does)."""
         try:
             self.layout.ensure_dir(volume_dir)
             os.chmod(volume_dir, VOLUME_DIR_MODE)
@@ -246,7 +262,7 @@ class ObjectVolumePlugin(VolumePlugin):
             return True
         try:
             with self.layout.pin(volume_dir) as target:
-                mounts.mount_tmpfs(target)
+                mounts.mount_tmpfs(target, size)
         except UnsafePathError as exc:
             raise PluginError("UnsafePath", str(exc), ErrorClass.TRANSIENT) from None
         except mounts.MountError as exc:

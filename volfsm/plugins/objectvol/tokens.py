@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import os
 import random
-import shlex
-import subprocess
 import threading
 import time
 import uuid
@@ -40,11 +38,12 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from volfsm.plugins.objectvol.command import CommandError, OperatorCommand
+
 DEFAULT_EXPIRATION_S = 3600
 MAX_AGE_S = 24 * 3600
 REFRESH_FRACTION = 0.8
 MAX_JITTER_S = 10.0
-COMMAND_TIMEOUT_S = 30.0
 
 
 class TokenError(Exception):
@@ -152,33 +151,26 @@ class CommandTokenSource:
     """Runs an operator's command for each token (see the module doc)."""
 
     def __init__(self, command: str) -> None:
-        self.argv = shlex.split(command)
-        if not self.argv:
-            raise ValueError("--token-command is empty")
+        self.command = OperatorCommand(command, "--token-command")
 
     def issue(self, key: TokenKey) -> Token:
         """The command's stdout as the token; its expiry from the JWT if it is one."""
-        argv = [
-            *self.argv,
+        args = (
             key.namespace,
             key.service_account,
             ",".join(key.audiences),
             str(key.expiration_seconds),
-        ]
-        env = {**os.environ, "VOLFSM_POD_NAME": key.pod_name, "VOLFSM_POD_UID": key.pod_uid}
+        )
+        env = {"VOLFSM_POD_NAME": key.pod_name, "VOLFSM_POD_UID": key.pod_uid}
         now = time.time()
         try:
-            done = subprocess.run(
-                argv, env=env, capture_output=True, timeout=COMMAND_TIMEOUT_S, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise TokenError(
-                f"token command {self.argv[0]!r} failed: {type(exc).__name__}"
-            ) from None
+            done = self.command.run(args, env)
+        except CommandError as exc:
+            raise TokenError(str(exc)) from None
         text = done.stdout.decode(errors="replace").strip()
         if done.returncode != 0 or not text:
             raise TokenError(
-                f"token command {self.argv[0]!r} exited {done.returncode}"
+                f"token command {self.command.name!r} exited {done.returncode}"
                 f"{' with no token' if not text else ''}"
             )
         return Token(text=text, issued_at=now, expires_at=_expiry(text, now, key))

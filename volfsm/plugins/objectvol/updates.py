@@ -7,7 +7,7 @@ to the object store and, for each change, asks the engine to remount
 exactly the volumes that show the changed object (a ConfigMap or Secret
 they read, the pod itself for downward API items, any ClusterTrustBundle
 for a bundle projection). A token's refresh time (80% of its life or 24 h)
-or a pod certificate's (80% of its life) arms a timer that asks for the
+or a pod certificate's (its signer's beginRefreshAt) arms a timer that asks for the
 same. Each remount is a mount operation in the log (OperationStarted /
 VolumeMounted with the versions written / OperationSucceeded or
 OperationFailed) and counted on /metrics. At start,

@@ -126,7 +126,21 @@ def test_token_refresh_rule_and_failure_keeps_the_cached_token() -> None:
     assert manager.get(key).text == "t2"
     source.fail = True
     now[0] = 2700.0
-    assert manager.get(key).text == "t2"  # refresh failed, still valid: cached
+    kept = manager.get(key)
+    assert kept.text == "t2"  # refresh failed, still valid: cached
+    assert kept.refresh_at() == 2760.0  # retried a minute later, not at once
+    calls = [0]
+    real_issue = source.issue
+
+    def counted(key: TokenKey) -> Token:
+        calls[0] += 1
+        return real_issue(key)
+
+    source.issue = counted  # type: ignore[method-assign]
+    now[0] = 2759.0
+    assert manager.get(key).text == "t2" and calls[0] == 0  # no new try before the retry time
+    now[0] = 2760.0
+    assert manager.get(key).refresh_at() == 2801.0 and calls[0] == 1  # capped by the expiry
     now[0] = 2900.0
     with pytest.raises(TokenError, match="expired and refresh failed"):
         manager.get(key)

@@ -24,6 +24,7 @@ ever logged or put in an error.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import threading
@@ -44,6 +45,8 @@ DEFAULT_EXPIRATION_S = 3600
 MAX_AGE_S = 24 * 3600
 REFRESH_FRACTION = 0.8
 MAX_JITTER_S = 10.0
+REFRESH_RETRY_S = 60.0
+"""After a failed refresh, the next try (the kubelet's retry comes with its next pod sync)."""
 
 
 class TokenError(Exception):
@@ -69,12 +72,17 @@ class Token:
     text: str
     issued_at: float
     expires_at: float
+    retry_at: float = 0.0
+    """After a failed refresh: when to try again (0: no failure)."""
 
     def __repr__(self) -> str:
         return f"Token(issued_at={self.issued_at:.0f}, expires_at={self.expires_at:.0f})"
 
     def refresh_at(self) -> float:
-        """When the kubelet would refresh it (no jitter): 80% of its life, or 24 h."""
+        """When the kubelet would refresh it (no jitter): 80% of its life, or 24 h; after a
+        failed refresh, the retry time."""
+        if self.retry_at:
+            return self.retry_at
         ttl = self.expires_at - self.issued_at
         return min(self.issued_at + MAX_AGE_S, self.expires_at - (1 - REFRESH_FRACTION) * ttl)
 
@@ -218,16 +226,23 @@ class TokenManager:
         try:
             fresh = self.source.issue(key)
         except TokenError:
-            if cached is not None and self._clock() < cached.expires_at:
-                return cached  # the kubelet: "Couldn't update token", serve the cached one
-            if cached is not None:
+            now = self._clock()
+            if cached is None:
+                raise
+            if now >= cached.expires_at:
                 raise TokenError("token expired and refresh failed") from None
-            raise
+            # The kubelet: "Couldn't update token", serve the cached one; the next try comes
+            # later, so a refresh timer does not run the token source in a loop meanwhile.
+            fresh = dataclasses.replace(
+                cached, retry_at=min(now + REFRESH_RETRY_S, cached.expires_at)
+            )
         with self._lock:
             self._cache[key] = fresh
         return fresh
 
     def _requires_refresh(self, token: Token) -> bool:
+        if token.retry_at:
+            return self._clock() >= token.retry_at
         ttl = token.expires_at - token.issued_at
         jitter = random.uniform(0, min(MAX_JITTER_S, 0.05 * ttl))
         return self._clock() > token.refresh_at() - jitter

@@ -318,6 +318,8 @@ class VolumeConditionChanged(Body, frozen=True, kw_only=True):
     Recorded when a volume turns abnormal, when its message changes while
     abnormal, and when it is normal again; a first normal report is not a
     change. `claim` is the PersistentVolumeClaim ("" for other volumes).
+    A disk-backed emptyDir is abnormal while it uses more than its
+    sizeLimit (the message is the kubelet's eviction message).
     """
 
     KIND = "observation"

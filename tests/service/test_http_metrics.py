@@ -21,7 +21,7 @@ from events.types import (
     VolumeSource,
 )
 from projections.asw import Asw
-from tests.helpers.prometheus import Series, families, label_values, sample, series
+from tests.helpers.prometheus import Series, families, label_values, sample, samples, series
 from volfsm.engine.volstats import VolumeStats, VolumeUsage
 from volfsm.service.metrics import ServiceMetrics, Snapshot
 from volfsm.web.exposition import exposition
@@ -129,6 +129,9 @@ SERVICE_FAMILIES = {
     "storage_operation_duration_seconds": "histogram",
     "volfsm_commands": "counter",
     "volfsm_volume_content_writes": "counter",  # object volumes' (re)writes, issue #14
+    "volfsm_emptydir_size_limit_bytes": "gauge",  # on-disk emptyDir sizeLimit, issue #15
+    "volfsm_emptydir_used_bytes": "gauge",
+    "volfsm_emptydir_size_limit_exceeded": "gauge",
 }
 """Every family /metrics of `volfsm serve` exposed before prometheus_client (parser names:
 a counter's family has no `_total`, its samples do)."""
@@ -276,6 +279,27 @@ def test_volume_stats_csi_calls_and_reconstruction_counters() -> None:
     assert sample(text, "reconstruct_volume_operations_errors_total") == 3
     assert sample(text, "force_cleaned_failed_volume_operations_total") == 2
     assert sample(text, "force_cleaned_failed_volume_operation_errors_total") == 1
+
+
+def test_emptydir_size_limit_gauges() -> None:
+    snap = snapshot()
+    usage = VolumeUsage(capacity_bytes=10**9, used_bytes=3 << 20, inodes_used=4, source="du")
+    common = {"volume_id": EMPTY_ID, "namespace": "default", "claim": "", "metric_source": "du",
+              "message": "", "gathered_us": 1, "size_limit_bytes": 1 << 20}  # fmt: skip
+    over = VolumeStats(pod_uid="u1", volume_name="scratch", pod_name="web", usage=usage,
+                       abnormal=True, **common)  # fmt: skip
+    unknown = VolumeStats(pod_uid="u2", volume_name="scratch", pod_name="db", usage=None,
+                          abnormal=None, **common)  # fmt: skip
+    snap.empty_dir_stats = [over, unknown]
+    text = exposition(fed_metrics(snap).registry).decode()
+    web = {"namespace": "default", "pod": "web", "volume": "scratch"}
+    db = {"namespace": "default", "pod": "db", "volume": "scratch"}
+    assert sample(text, "volfsm_emptydir_size_limit_exceeded", **web) == 1
+    assert sample(text, "volfsm_emptydir_used_bytes", **web) == 3 << 20
+    assert sample(text, "volfsm_emptydir_size_limit_bytes", **db) == 1 << 20
+    found = samples(text)  # a walk that could not finish: neither usage nor verdict
+    for name in ("volfsm_emptydir_size_limit_exceeded", "volfsm_emptydir_used_bytes"):
+        assert (name, frozenset(db.items())) not in found
 
 
 def test_end_to_end_spans_failed_attempts_until_one_succeeds() -> None:

@@ -216,3 +216,86 @@ def test_every_kubelet_metric_after_a_mount_and_unmount(
     e2e = {"plugin_name": "kubernetes.io/csi:csi.volfsm.dev", "operation_name": "volume_unmount"}
     assert sample(after, "volume_operation_total_seconds_count", **e2e) == 1
     assert sample(after, "reconstruct_volume_operations_total") == 0
+
+
+LIMITED = {"namespace": "default", "pod": "limited", "volume": "scratch"}
+EXCEEDED = 'Usage of EmptyDir volume "scratch" exceeds the limit "1Mi".'
+
+
+def limited_volume(svc: ServeProcess) -> dict[str, Any]:
+    code, out, err = cli(svc, "get", "pods", "-o", "json")
+    assert code == 0, err
+    [pod] = [p for p in json.loads(out)["items"] if p["name"] == "limited"]
+    [vol] = pod["volumes"]
+    return dict(vol)
+
+
+def exceeded(svc: ServeProcess) -> float | None:
+    """volfsm_emptydir_size_limit_exceeded of the limited pod's volume (None: no series)."""
+    key = ("volfsm_emptydir_size_limit_exceeded", frozenset(LIMITED.items()))
+    return samples(metrics(svc)).get(key)
+
+
+def limit_changes(svc: ServeProcess) -> list[tuple[bool, str]]:
+    return [
+        (b.abnormal, b.message)
+        for b in observations(svc)
+        if isinstance(b, VolumeConditionChanged) and b.volume_name == "scratch"
+    ]
+
+
+def test_an_emptydir_over_its_size_limit_is_reported_and_clears(
+    story: tuple[ServeProcess, DriverProcess], tmp_path: Any
+) -> None:
+    svc, _ = story
+    manifest = tmp_path / "limited.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {namespace: default, name: limited}\n"
+        "spec:\n  volumes:\n  - name: scratch\n    emptyDir: {sizeLimit: 1Mi}\n"
+    )
+    assert cli(svc, "apply", "-f", str(manifest))[0] == 0
+    code, _, err = cli(svc, "wait", "pod", "default/limited", "--for", "mounted", "--timeout", "60")
+    assert code == 0, err
+    until(
+        "the limit gauge reads 0",
+        lambda: exceeded(svc) == 0,
+    )
+    assert sample(metrics(svc), "volfsm_emptydir_size_limit_bytes", **LIMITED) == MIB
+    assert limit_changes(svc) == []  # under the limit from the start: nothing recorded
+
+    data = os.path.join(limited_volume(svc)["mount_path"], "blob")
+    with open(data, "wb") as out:  # through the pod's path, as a container would write
+        out.write(b"\xa5" * (2 * MIB))
+        out.flush()
+        os.fsync(out.fileno())
+    until(
+        "the limit gauge reads 1",
+        lambda: exceeded(svc) == 1,
+    )
+    assert sample(metrics(svc), "volfsm_emptydir_used_bytes", **LIMITED) >= 2 * MIB
+    vol = limited_volume(svc)
+    assert vol["abnormal"] is True and vol["condition"] == EXCEEDED
+    code, out, _ = cli(svc, "get", "pods")
+    assert code == 0 and f"scratch is abnormal: {EXCEEDED}" in out
+    assert limit_changes(svc) == [(True, EXCEEDED)]
+    assert os.path.getsize(data) == 2 * MIB  # reported, never deleted
+
+    os.unlink(data)
+    until(
+        "the limit gauge reads 0 again",
+        lambda: exceeded(svc) == 0,
+    )
+    assert limit_changes(svc) == [(True, EXCEEDED), (False, "")]
+    assert "abnormal" not in limited_volume(svc)
+    code, out, _ = cli(svc, "validate")
+    assert code == 0, out
+
+    assert cli(svc, "delete", "pod", "default/limited")[0] == 0
+    code, _, err = cli(
+        svc, "wait", "pod", "default/limited", "--for", "unmounted", "--timeout", "60"
+    )
+    assert code == 0, err
+    until(
+        "the emptyDir series gone",
+        lambda: not [s for s in series(metrics(svc)) if s[0].startswith("volfsm_emptydir_")],
+    )

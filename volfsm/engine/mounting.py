@@ -60,7 +60,7 @@ class MountSteps(OperationCore):
         req = self._request(dv, plugin, pod_uid)
         if block:
             block_request_paths(req)  # refuse before anything is called
-        attachable = plugin.is_attachable(dv.source)
+        attachable = plugin.is_attachable(dv.source, inline=not dv.pv_name)
         attach_path = ""
         if attachable:
             attach_path = await self._wait_for_attach(plugin, req)

@@ -23,6 +23,18 @@ said (a first normal report is no change), and a `VolumeUsageChanged` the
 first time after a mount and whenever the capacity or the used share's
 5 % step changes, so that replay and analytics see health and how full
 volumes get without an event per period.
+
+An emptyDir on the node's disk with a `sizeLimit` is measured too, as the
+kubelet's eviction manager sees it (`emptyDirLimitEviction`, fed by the
+emptyDir's MetricsDu): the bytes its tree uses on disk (`volfsm.node.
+diskusage`, a bounded walk in a thread, never on the event loop), against
+the limit. The kubelet evicts the pod whose emptyDir uses more than its
+limit ("Usage of EmptyDir volume %q exceeds the limit %q."); volfsm has no
+pod lifecycle to end, so it reports instead: a `VolumeConditionChanged`
+with the kubelet's message when the usage goes over the limit and another
+when it is back under, the condition in `volfsm get`, and the
+`volfsm_emptydir_*` gauges. Nothing is deleted. No usage event is recorded
+for it (the kubelet exports no emptyDir usage either).
 """
 
 from __future__ import annotations
@@ -53,6 +65,9 @@ from events.types import (
     VolumeUsageChanged,
 )
 from projections.asw import Asw, PodVolumeState
+from volfsm.desired.quantity import format_bytes
+from volfsm.node.diskusage import DirUsage, disk_usage
+from volfsm.node.layout import EMPTY_DIR_PLUGIN
 from volfsm.plugins.base import BLOCK, PluginError, VolumePlugin, VolumeRequest
 
 USAGE_STEPS = 20
@@ -63,6 +78,11 @@ MIN_PASS_GAP_S = 0.2
 """Passes over the pods are at least this far apart (each looks at every pod-volume)."""
 SOURCE_CSI = "csi"
 SOURCE_STATVFS = "statvfs"
+SOURCE_DU = "du"
+DU_TIME_LIMIT_S = 10.0
+"""A walk of an emptyDir stops after this long (its count so far is a lower bound)."""
+DU_MAX_ENTRIES = 1_000_000
+"""... or after this many entries."""
 
 PodVolumeKey = tuple[str, str]
 
@@ -148,6 +168,34 @@ class VolumeStats:
     """None: no condition reported (the driver has no VOLUME_CONDITION, or statvfs)."""
     message: str
     gathered_us: int
+    size_limit_bytes: int | None = None
+    """A disk-backed emptyDir's sizeLimit (None for every other volume)."""
+
+
+def limited_empty_dir(spec: DesiredVolume) -> int | None:
+    """The sizeLimit of a disk-backed emptyDir that has one (> 0), else None."""
+    source = spec.source
+    if source.plugin != EMPTY_DIR_PLUGIN or source.medium:
+        return None
+    limit = source.size_limit_bytes
+    return limit if limit is not None and limit > 0 else None
+
+
+def quantity_text(size: int) -> str:
+    """A byte count as Kubernetes prints a quantity: binary suffix if one divides it,
+    else a decimal one ("1Mi", "1536Mi", "1M", "1500k", "1000001")."""
+    if size % 1024 == 0:
+        return format_bytes(size)
+    for suffix, power in (("E", 18), ("P", 15), ("T", 12), ("G", 9), ("M", 6), ("k", 3)):
+        unit = 10**power
+        if size % unit == 0:
+            return f"{size // unit}{suffix}"
+    return str(size)
+
+
+def size_limit_message(volume_name: str, limit: int) -> str:
+    """The kubelet's eviction message (emptyDirMessageFmt), without its trailing blank."""
+    return f'Usage of EmptyDir volume "{volume_name}" exceeds the limit "{quantity_text(limit)}".'
 
 
 def usage_of_statvfs(st: os.statvfs_result) -> VolumeUsage:
@@ -219,6 +267,8 @@ class VolumeStatsGatherer:
         self.gatherings = 0
         """Passes over a pod done so far (tests wait on it)."""
         self._due: dict[str, float] = {}
+        self._walking: set[PodVolumeKey] = set()
+        """emptyDirs whose disk usage walk is running (a second one waits for the next pass)."""
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -287,14 +337,16 @@ class VolumeStatsGatherer:
             self._due[uid] = time.monotonic() + self.period * factor
 
     def _targets(self) -> dict[str, list[_Target]]:
-        """Mounted pod-volumes with a PVC, by pod uid."""
+        """Mounted pod-volumes with a PVC or a limited disk-backed emptyDir, by pod uid."""
         out: dict[str, list[_Target]] = {}
         for (uid, name), entry in list(self.asw.podvols.items()):
             if entry.state != MOUNTED:
                 continue
             pod = self.index.pod_spec(uid)
             spec = next((v for v in pod.volumes if v.name == name), None) if pod else None
-            if pod is None or spec is None or not spec.claim_name:
+            if pod is None or spec is None:
+                continue
+            if not spec.claim_name and limited_empty_dir(spec) is None:
                 continue
             out.setdefault(uid, []).append(_Target(pod, spec, entry))
         return out
@@ -337,6 +389,7 @@ class VolumeStatsGatherer:
                 abnormal=abnormal,
                 message=message,
                 gathered_us=time.time_ns() // 1000,
+                size_limit_bytes=limited_empty_dir(spec),
             )
             await self._record_changes(target, usage, abnormal, message)
 
@@ -350,6 +403,9 @@ class VolumeStatsGatherer:
         """(usage, abnormal, message) of one volume; None if nothing could be measured."""
         spec = target.spec
         mount_path = target.entry.mount_path
+        limit = limited_empty_dir(spec)
+        if limit is not None:
+            return await self._measure_empty_dir(target, limit)
         if isinstance(plugin, StatsSource):
             try:
                 reply = await plugin.volume_stats_reply(self._request(target))
@@ -366,6 +422,54 @@ class VolumeStatsGatherer:
             return None
         usage = await self._statvfs(mount_path)
         return (usage, None, "") if usage is not None else None
+
+    async def _measure_empty_dir(
+        self, target: _Target, limit: int
+    ) -> tuple[VolumeUsage | None, bool | None, str] | None:
+        """A disk-backed emptyDir against its sizeLimit: du of its tree, statvfs for the rest.
+
+        Over the limit (more bytes, as the kubelet compares) is abnormal, with
+        the kubelet's message; under it normal. A walk that stopped early
+        counts only when what it saw is already over the limit (else the
+        condition is unknown and its usage not shown).
+        """
+        path = target.entry.mount_path
+        key = (target.pod.pod_uid, target.spec.name)
+        if not path or key in self._walking:
+            return None  # a walk of it is still going on (a slow disk): not again
+        walk = asyncio.ensure_future(
+            asyncio.to_thread(disk_usage, path, DU_TIME_LIMIT_S, DU_MAX_ENTRIES)
+        )
+        self._walking.add(key)
+        walk.add_done_callback(lambda done: self._walk_ended(key, done))
+        try:  # a syscall hanging in the walk must not hold up the other volumes
+            found = await asyncio.wait_for(
+                asyncio.shield(walk), DU_TIME_LIMIT_S + STATVFS_TIMEOUT_S
+            )
+        except (OSError, TimeoutError) as exc:
+            log.debug("disk usage of {} failed: {}", path, exc or "it takes too long")
+            return None
+        over = found.bytes_used > limit
+        message = size_limit_message(target.spec.name, limit) if over else ""
+        if not found.complete and not over:
+            return None, None, ""
+        fs = await self._statvfs(path)
+        usage = VolumeUsage(
+            capacity_bytes=fs.capacity_bytes if fs else 0,
+            available_bytes=fs.available_bytes if fs else 0,
+            used_bytes=found.bytes_used,
+            inodes=fs.inodes if fs else 0,
+            inodes_free=fs.inodes_free if fs else 0,
+            inodes_used=found.inodes_used,
+            source=SOURCE_DU,
+        )
+        return (usage if found.complete else None), over, message
+
+    def _walk_ended(self, key: PodVolumeKey, walk: asyncio.Future[DirUsage]) -> None:
+        """A walk's thread finished (maybe after its caller gave up on it)."""
+        self._walking.discard(key)
+        if not walk.cancelled():
+            walk.exception()  # retrieved: an error after a timeout is not reported again
 
     async def _statvfs(self, path: str) -> VolumeUsage | None:
         try:
@@ -405,16 +509,22 @@ class VolumeStatsGatherer:
         bodies: list[Body] = []
         if abnormal is not None and _condition_changed(entry, abnormal, message):
             bodies.append(self._condition(target, abnormal, message))
-        if usage is not None and usage.capacity_bytes > 0 and _usage_changed(entry, usage):
-            bodies.append(self._usage(target, usage))
+        claim_usage = usage if target.spec.claim_name else None  # an emptyDir's is not logged
+        if claim_usage and claim_usage.capacity_bytes > 0 and _usage_changed(entry, claim_usage):
+            bodies.append(self._usage(target, claim_usage))
         if bodies:
             await self.recorder.record_async(podvol_stream(*key), bodies)
 
     def _condition(self, target: _Target, abnormal: bool, message: str) -> VolumeConditionChanged:
         pod, spec = target.pod, target.spec
         where = f"volume {spec.name} of pod {pod.namespace}/{pod.name}"
+        limit = limited_empty_dir(spec)
         if abnormal:
             log.warning("{}: volume condition abnormal: {}", where, message or "no message")
+        elif limit is not None:
+            shown = quantity_text(limit)
+            log.info('{}: usage of EmptyDir volume "{}" is under the limit "{}" again', where,
+                     spec.name, shown)  # fmt: skip
         else:
             log.info("{}: volume condition normal again", where)
         return VolumeConditionChanged(
@@ -450,8 +560,13 @@ class VolumeStatsGatherer:
         """One entry per (namespace, claim), the first pod's (kubelet: "first pod wins")."""
         seen: dict[tuple[str, str], VolumeStats] = {}
         for stats in self.stats.values():
-            seen.setdefault((stats.namespace, stats.claim), stats)
+            if stats.claim:
+                seen.setdefault((stats.namespace, stats.claim), stats)
         return list(seen.values())
+
+    def empty_dirs(self) -> list[VolumeStats]:
+        """The last measurement of each disk-backed emptyDir with a sizeLimit."""
+        return [s for s in self.stats.values() if s.size_limit_bytes is not None]
 
     def of_volume(self, volume_id: str) -> VolumeStats | None:
         """The first pod's stats of a volume (None if none gathered)."""

@@ -294,8 +294,11 @@ class VolumePlugin(SpecConstructor, abc.ABC):
             return f"unknown volumeMode {volume_mode!r}"
         return None
 
-    def is_attachable(self, source: VolumeSource) -> bool:
-        """Whether the volume must be attached to the node (controller attach) before use."""
+    def is_attachable(self, source: VolumeSource, *, inline: bool = False) -> bool:
+        """Whether the volume must be attached to the node (controller attach) before use.
+
+        `inline`: the volume is a pod's own (no PersistentVolume), e.g. inline CSI.
+        """
         return False
 
     def supports_block(self, source: VolumeSource) -> bool:

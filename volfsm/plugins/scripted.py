@@ -256,7 +256,7 @@ class ScriptedPlugin(VolumePlugin):
             return source.plugin == self.name
         return source.plugin == CSI_PLUGIN and source.driver == self.driver
 
-    def is_attachable(self, source: VolumeSource) -> bool:
+    def is_attachable(self, source: VolumeSource, *, inline: bool = False) -> bool:
         return self.attachable
 
     def is_device_mountable(self, source: VolumeSource) -> bool:

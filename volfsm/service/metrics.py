@@ -22,7 +22,9 @@ registry (see `volfsm.web.exposition`). Two kinds of numbers:
 
 Labels are low-cardinality (plugin, operation, state, result, verb, error
 code), except the kubelet's own `namespace` / `persistentvolumeclaim` of
-the volume stats; never a volume id or pod uid.
+the volume stats and the `namespace` / `pod` / `volume` names of the
+emptyDir sizeLimit gauges (only emptyDirs with a limit); never a volume id
+or pod uid.
 """
 
 from __future__ import annotations
@@ -187,6 +189,8 @@ class Snapshot:
     intake_connected: bool = False
     volume_stats: Sequence[VolumeStats] = ()
     """The gatherer's last results, one per (namespace, claim)."""
+    empty_dir_stats: Sequence[VolumeStats] = ()
+    """The gatherer's last results of disk-backed emptyDirs with a sizeLimit."""
     reconstruction: Mapping[str, Any] | None = None
     """The engine's reconstruction report as plain data (None until it ran)."""
 
@@ -367,6 +371,7 @@ class ServiceMetrics(Collector):
         yield self.collections.family()
         yield self.content_writes.family()
         yield from volume_stats_families(snap.volume_stats)
+        yield from empty_dir_limit_families(snap.empty_dir_stats)
         yield from reconstruction_families(snap.reconstruction)
 
 
@@ -482,6 +487,39 @@ def volume_stats_families(stats: Sequence[VolumeStats]) -> Iterator[Metric]:
             for s in stats
             if s.abnormal is not None
         ],
+    )
+
+
+EMPTY_DIR_LABELS = ("namespace", "pod", "volume")
+
+
+def empty_dir_limit_families(stats: Sequence[VolumeStats]) -> Iterator[Metric]:
+    """Disk-backed emptyDirs against their sizeLimit, one series per pod volume.
+
+    Where the kubelet evicts the pod (its eviction manager), volfsm reports:
+    `volfsm_emptydir_size_limit_exceeded` is 1 while the volume uses more
+    than its limit. A volume whose last walk could not finish has no
+    `used_bytes` series.
+    """
+    keyed = [((s.namespace, s.pod_name, s.volume_name), s) for s in stats]
+    yield gauge(
+        "volfsm_emptydir_size_limit_bytes",
+        "sizeLimit of a disk-backed emptyDir volume.",
+        EMPTY_DIR_LABELS,
+        [(k, float(s.size_limit_bytes or 0)) for k, s in keyed],
+    )
+    yield gauge(
+        "volfsm_emptydir_used_bytes",
+        "Bytes a disk-backed emptyDir volume uses on disk (du), as the kubelet measures it.",
+        EMPTY_DIR_LABELS,
+        [(k, float(s.usage.used_bytes)) for k, s in keyed if s.usage is not None],
+    )
+    yield gauge(
+        "volfsm_emptydir_size_limit_exceeded",
+        "1 while a disk-backed emptyDir volume uses more than its sizeLimit (the kubelet "
+        "would evict its pod), 0 while it does not.",
+        EMPTY_DIR_LABELS,
+        [(k, 1.0 if s.abnormal else 0.0) for k, s in keyed if s.abnormal is not None],
     )
 
 

@@ -622,6 +622,7 @@ class NodeService:
             relay_counters=counters,
             intake_connected=self.intake.connected if self.intake is not None else False,
             volume_stats=engine.volstats.by_claim() if engine is not None else (),
+            empty_dir_stats=engine.volstats.empty_dirs() if engine is not None else (),
             reconstruction=report.as_dict() if report is not None else None,
         )
 

@@ -13,8 +13,9 @@ refused: the kubelet allows Ephemeral only when an object lists it).
   source (volfsm.plugins.objectvol.tokens, shared with projected volumes);
 * ``fsGroupPolicy``: `applies_fs_group` (when the driver takes no mount group).
 
-``requiresRepublish`` and ``attachRequired`` are read by the plugin as well
-(see its docstring).
+* ``attachRequired``: `attach_required` (the plugin's ``is_attachable``).
+
+``requiresRepublish`` is read by the service's republish loop.
 """
 
 from __future__ import annotations
@@ -64,6 +65,12 @@ class DriverObjects:
         """The driver's CSIDriver spec, or None if there is no object."""
         found = self.lookup(driver) if self.lookup is not None else None
         return found.spec if found is not None else None
+
+
+def attach_required(spec: CSIDriverSpec | None) -> bool:
+    """The kubelet's ``!skipAttach``: false only when an object says ``attachRequired: false``
+    (no object: attach is required)."""
+    return spec is None or spec.attach_required
 
 
 def lifecycle_problem(spec: CSIDriverSpec | None, driver: str, ephemeral: bool) -> str | None:

@@ -160,6 +160,30 @@ class CsiPlugin(CsiVolumes, VolumePlugin):
     def supports(self, source: VolumeSource) -> bool:
         return source.plugin == CSI_PLUGIN and source.driver == self.driver
 
+    def is_attachable(self, source: VolumeSource, *, inline: bool = False) -> bool:
+        """The kubelet's CanAttach: never for an inline (ephemeral) volume; otherwise unless
+        the driver's CSIDriver object says ``attachRequired: false`` (no object: attachable).
+
+        An attachable volume's mount waits for attach (`wait_for_attach`) before
+        it is staged; one that is not goes to staging at once.
+        """
+        if inline:
+            return False
+        return driverspec.attach_required(self.objects.spec(self.driver))
+
+    async def wait_for_attach(self, req: VolumeRequest) -> str:
+        """The kubelet's WaitForAttach: the name of the volume's VolumeAttachment
+        (``csi-<sha256(handle + driver + node)>``), which it returns as the device path.
+
+        The kubelet polls that object until the external attacher (after
+        ControllerPublishVolume) marks it attached, and takes its
+        attachmentMetadata as the publish context. volfsm has no API server
+        and no attach/detach controller: the controller's attach is assumed
+        done, so this returns at once and the publish context stays empty.
+        volfsm never calls ControllerPublishVolume itself.
+        """
+        return paths.attachment_id(req.source.volume_handle, self.driver, self.node_name)
+
     def is_device_mountable(self, source: VolumeSource) -> bool:
         """Always: without STAGE_UNSTAGE_VOLUME the kubelet still makes the staging dir and json.
 

@@ -1,8 +1,8 @@
 """Fixtures for reconstruction: one node (root dir + log file) restarted as often as a test likes.
 
 `Node.start()` opens the log and starts a `VolumeEngine` with the real
-emptyDir plugin (tmpfs for medium Memory) and, when given, volfsm's CSI
-driver through `CsiPlugin` or a scripted plugin. `Node.stop()` stops it
+emptyDir plugin (tmpfs for medium Memory; hostPath and local if asked) and,
+when given, volfsm's CSI driver through `CsiPlugin` or a scripted plugin. `Node.stop()` stops it
 like a clean shutdown (nothing is unmounted); `Node.lose_log()` deletes the
 log files. Whatever a test does, at its end every engine is stopped, every
 log closed, every mount under the test's tmp dir unmounted, every loop
@@ -32,6 +32,8 @@ from volfsm.node.layout import RootLayout
 from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.csi.plugin import CsiPlugin
 from volfsm.plugins.emptydir import EmptyDirPlugin
+from volfsm.plugins.hostpath import HostPathPlugin
+from volfsm.plugins.local import HOSTNAME_LABEL, LocalVolumePlugin
 from volfsm.plugins.scripted import ScriptedPlugin
 
 NODE = "node-1"
@@ -74,13 +76,17 @@ class Node:
         *,
         driver: DriverProcess | None = None,
         scripted: ScriptedPlugin | None = None,
+        host: bool = False,
     ) -> VolumeEngine:
         """Open the log and start an engine with emptyDir (+ the CSI driver / scripted: as a
-        CSI driver, or under its own plugin name)."""
+        CSI driver, or under its own plugin name; + hostPath and local with `host`)."""
         assert self.engine is None, "stop the running engine first"
         self.log = EventLog(self.db, node=NODE)
         catalog = PluginCatalog()
         catalog.register(EmptyDirPlugin(self.layout))
+        if host:
+            catalog.register(HostPathPlugin(self.layout))
+            catalog.register(LocalVolumePlugin(self.layout, {HOSTNAME_LABEL: NODE}))
         if driver is not None:
             self.csi = CsiPlugin(
                 CSI_DRIVER, driver.endpoint, self.layout, node_name=NODE, timeout_s=60.0

@@ -292,7 +292,7 @@ def test_memory_empty_dir_size_follows_the_kubelets_rule(world: tuple[ServeProce
         assert cli(svc, "delete", "pod", f"default/{pod}")[0] == 0
 
 
-def local_pv(name: str, path: Path, node: str) -> list[dict[str, Any]]:
+def local_pv(name: str, path: Path, node: str, mode: str = "Filesystem") -> list[dict[str, Any]]:
     """A local PV pinned to `node` in zone a (the service's --node-labels), and its claim."""
     term = {
         "matchExpressions": [
@@ -310,13 +310,14 @@ def local_pv(name: str, path: Path, node: str) -> list[dict[str, Any]]:
             "local": {"path": str(path)},
             "nodeAffinity": {"required": {"nodeSelectorTerms": [term]}},
             "claimRef": {"namespace": "default", "name": f"{name}-claim"},
+            "volumeMode": mode,
         },
     }
     claim = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {"name": f"{name}-claim", "namespace": "default"},
-        "spec": {"volumeName": name, "accessModes": ["ReadWriteOnce"]},
+        "spec": {"volumeName": name, "accessModes": ["ReadWriteOnce"], "volumeMode": mode},
         "status": {"phase": "Bound"},
     }
     return [volume, claim]
@@ -412,3 +413,80 @@ def test_a_local_pv_on_a_block_device_is_formatted_once_and_mounted(
             subprocess.run(["umount", str(check)], check=True)
     finally:
         subprocess.run(["losetup", "-d", device], check=False)
+
+
+MARKER = b"volfsm block marker\n"
+
+
+def test_a_block_local_pv_is_mapped_for_the_pod_and_its_device_is_never_written(
+    world: tuple[ServeProcess, Path],
+) -> None:
+    svc, host = world
+    image = host / "local-raw.img"
+    with image.open("wb") as f:
+        f.truncate(16 * MIB)
+        f.seek(MIB)
+        f.write(MARKER)
+    device = subprocess.run(
+        ["losetup", "--find", "--show", str(image)], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    try:
+        node = (svc.data_dir / "node").read_text().strip()
+        objects = local_pv("pv-raw", Path(device), node, "Block")
+        objects += local_pv("pv-notblk", host / "dir", node, "Block")
+        code, text = apply_objects(svc, host.parent, "local-raw", objects)
+        assert code == 0, text
+        raw = {"name": "raw", "persistentVolumeClaim": {"claimName": "pv-raw-claim"}}
+        apply_pod(svc, host.parent, "raw-pod", [raw])
+        wait_mounted(svc, "raw-pod")
+
+        # the pod's volumeDevices path is the device, the marker readable through it
+        link = svc.root_dir / "pods" / "uid-raw-pod" / "volumeDevices"
+        link = link / "kubernetes.io~local-volume" / "pv-raw"
+        assert os.readlink(link) == device and stat.S_ISBLK(link.stat().st_mode)
+        with link.open("rb") as dev:
+            dev.seek(MIB)
+            assert dev.read(len(MARKER)) == MARKER
+        global_map = svc.root_dir / "plugins" / "kubernetes.io~local-volume" / "volumeDevices"
+        bound = global_map / "pv-raw" / "uid-raw-pod"
+        assert os.path.ismount(bound) and os.stat(bound).st_rdev == os.stat(device).st_rdev
+        assert blkid_type(device) == ""  # never formatted
+        svc.stop()  # a restart finds the map the log recorded
+        svc.start()
+        wait_mounted(svc, "raw-pod")
+        assert pod_volumes(svc, "raw-pod")["raw"]["state"] == "Mounted"
+        assert os.path.ismount(bound) and os.readlink(link) == device
+
+        # a directory is no block device: refused with the reason, nothing made
+        bad = {"name": "bad", "persistentVolumeClaim": {"claimName": "pv-notblk-claim"}}
+        apply_pod(svc, host.parent, "notblk-pod", [bad])
+        reason = "is a directory: volumeMode Block needs a block device"
+        until(
+            "the Block volume on a directory failed",
+            lambda: reason in json.dumps(pod_volumes(svc, "notblk-pod")),
+        )
+        assert not (global_map / "pv-notblk").exists()
+
+        # delete: only volfsm's links and binds go; the device keeps its data
+        for pod in ("raw-pod", "notblk-pod"):
+            assert cli(svc, "delete", "pod", f"default/{pod}")[0] == 0
+        code, out, err = cli(
+            svc, "wait", "pod", "default/raw-pod", "--for", "unmounted", "--timeout", "60"
+        )
+        assert code == 0, out + err
+        until("the global map dir removed", lambda: not (global_map / "pv-raw").exists())
+        assert not os.path.lexists(link)
+        with open(device, "rb") as dev:
+            dev.seek(MIB)
+            assert dev.read(len(MARKER)) == MARKER
+        assert image.stat().st_size == 16 * MIB and blkid_type(device) == ""
+    finally:
+        subprocess.run(["losetup", "-d", device], check=False)
+
+
+def blkid_type(device: str) -> str:
+    """The signature blkid finds on `device` ("" if none)."""
+    done = subprocess.run(
+        ["blkid", "-p", "-o", "value", "-s", "TYPE", device], capture_output=True, text=True
+    )
+    return done.stdout.strip()

@@ -26,22 +26,39 @@ pod-volume stays unmounted and the mount is retried with backoff), with the
 kubelet's messages. A path with a ``..`` element is refused at apply and
 again here.
 
-TearDown does nothing: the host path, and whatever ``*OrCreate`` made, is
-never removed, nor is anything in it. No fsGroup (the kubelet never applies
-one to a hostPath), no stats, no block mode, no reconstruction from the
-node (there is nothing under the root dir to read: the log has the spec).
+TearDown never touches the host path: it, whatever ``*OrCreate`` made, and
+anything in it stay. No fsGroup (the kubelet never applies one to a
+hostPath), no stats, no block mode.
+
+Departure from the kubelet, for reconstruction: given the root dir, SetUp
+records the volume in ``pods/<uid>/volumes/kubernetes.io~host-path/<name>/
+host-path.json`` (its id, path and type), so that a lost log still finds
+the volume on the node; TearDown removes that file and its dir only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import stat
 from pathlib import Path, PurePosixPath
 
 from events.types import DesiredVolume, VolumeSource
-from volfsm.plugins.base import ErrorClass, MountResult, PluginError, VolumePlugin, VolumeRequest
+from volfsm.errors import VolfsmError
+from volfsm.node.layout import PathInUseError, RootLayout, escape_plugin_name
+from volfsm.plugins.base import (
+    ConstructedSpec,
+    ErrorClass,
+    MountResult,
+    NodeView,
+    PluginError,
+    PodVolumeDir,
+    VolumePlugin,
+    VolumeRequest,
+)
+from volfsm.plugins.csi.files import read_json, write_json
 
 HOST_PATH_PLUGIN = "kubernetes.io/host-path"
 
@@ -56,6 +73,8 @@ BLOCK_DEVICE = "BlockDevice"
 
 DIR_MODE = 0o755
 FILE_MODE = 0o644
+RECORD = "host-path.json"
+"""The file recording a pod's hostPath volume under its pod dir (volfsm's own)."""
 
 _KINDS: dict[str, tuple[int, str]] = {
     DIRECTORY: (stat.S_IFDIR, "a directory"),
@@ -134,6 +153,10 @@ class HostPathPlugin(VolumePlugin):
     name = HOST_PATH_PLUGIN
     pod_path_outside_root = True
 
+    def __init__(self, layout: RootLayout | None = None) -> None:
+        self.layout = layout
+        """The root dir the volumes are recorded in (None: not recorded)."""
+
     def supports(self, source: VolumeSource) -> bool:
         """Whether `source` is a hostPath (a pod's or a PV's)."""
         return source.plugin == self.name
@@ -162,12 +185,70 @@ class HostPathPlugin(VolumePlugin):
         source = VolumeSource(plugin=HOST_PATH_PLUGIN)
         return DesiredVolume(name=name, volume_id=volume_id, source=source)
 
+    def construct_volume_spec(
+        self, layout: RootLayout, entry: PodVolumeDir, node: NodeView
+    ) -> ConstructedSpec | str:
+        """A pod's hostPath volume from the record SetUp left in its pod dir."""
+        if not entry.is_dir:
+            return f"{entry.path} is not a directory: no hostPath record dir"
+        data = read_json(layout, entry.path / RECORD)
+        if isinstance(data, str):
+            return f"no usable hostPath record: {data}"
+        path, volume_id = data.get("path", ""), data.get("volumeId", "")
+        if not path or not volume_id.startswith(f"{HOST_PATH_PLUGIN}/"):
+            return f"{entry.path / RECORD} names no hostPath volume"
+        source = VolumeSource(plugin=HOST_PATH_PLUGIN, path=path, path_type=data.get("type", ""))
+        spec = DesiredVolume(
+            name=entry.name, volume_id=volume_id, source=source, pv_name=data.get("pvName", "")
+        )
+        return ConstructedSpec(spec, note=f"hostPath {path}, recorded in {RECORD}")
+
+    def _record_dir(self, req: VolumeRequest) -> Path | None:
+        """pods/<uid>/volumes/kubernetes.io~host-path/<name>; None if volfsm keeps no record."""
+        if self.layout is None or not req.pod_uid or not req.volume_name:
+            return None
+        return self.layout.pod_volume_dir(
+            req.pod_uid, escape_plugin_name(self.name), req.volume_name
+        )
+
+    def _write_record(self, req: VolumeRequest) -> None:
+        where = self._record_dir(req)
+        if where is None or self.layout is None:
+            return
+        record = {"volumeId": req.volume_id, "path": req.source.path, "type": req.source.path_type}
+        if not req.ephemeral:
+            record["pvName"] = req.spec_name
+        try:
+            write_json(self.layout, where / RECORD, record)
+        except (VolfsmError, OSError) as exc:
+            raise PluginError(
+                "RecordFailed", f"{where / RECORD}: {exc}", ErrorClass.UNCERTAIN
+            ) from None
+
+    def _remove_record(self, req: VolumeRequest) -> str | None:
+        """Remove the record and its dir; what stayed (anything else in it), or None."""
+        where = self._record_dir(req)
+        if where is None or self.layout is None:
+            return None
+        try:
+            with self.layout.open_dir(where) as fd, contextlib.suppress(FileNotFoundError):
+                os.unlink(RECORD, dir_fd=fd)
+            self.layout.remove_dir(where)
+        except FileNotFoundError:
+            return None
+        except PathInUseError as exc:
+            return f"kept: {where}: {exc.reason} (not volfsm's)"
+        except (VolfsmError, OSError) as exc:
+            raise PluginError("TearDownFailed", f"{where}: {exc}", ErrorClass.UNCERTAIN) from None
+        return None
+
     async def set_up(self, req: VolumeRequest) -> MountResult:
-        """The type check (creating the path for the *OrCreate types)."""
+        """The type check (creating the path for the *OrCreate types), then the record."""
         done = await asyncio.to_thread(check_type, req.source.path, req.source.path_type)
+        await asyncio.to_thread(self._write_record, req)
         detail = done or f"hostPath {req.source.path} ({req.source.path_type or 'no type check'})"
         return MountResult(path=req.source.path, mount_found=None, detail=detail)
 
     async def tear_down(self, req: VolumeRequest) -> str | None:
-        """Nothing: the host path stays as it is."""
-        return None
+        """Only the record goes: the host path stays as it is."""
+        return await asyncio.to_thread(self._remove_record, req)

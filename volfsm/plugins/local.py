@@ -17,7 +17,21 @@ A local PV on a block device (volumeMode Filesystem) is mounted once at
 ``plugins/kubernetes.io/local-volume/mounts/<pv>`` (0750; formatted with the
 PV's ``fsType``, default ext4, only when blkid finds no signature at all,
 as the kubelet's FormatAndMount), bind mounted for each pod, and unmounted
-when the last pod's bind goes. volumeMode Block is not served yet.
+when the last pod's bind goes.
+
+volumeMode Block (the kubelet's local BlockVolumeMapper): the path must be
+a block device, handed over as it is (never formatted, opened or written).
+MapPodDevice only checks it and names it; the engine's block mapper
+(`volfsm.node.blockmap`) binds it on the global map file
+``plugins/kubernetes.io~local-volume/volumeDevices/<pv>/<pod uid>`` and
+links ``pods/<uid>/volumeDevices/kubernetes.io~local-volume/<pv>`` to it,
+and undoes both at unmap. Teardown touches nothing else: the device and
+its data stay.
+
+Reconstruction (after a lost log): a pod's bind mount dir is rebuilt as a
+local PV named by its dir (on the device mounted at its global mount, if
+that is where the bind comes from), a pod's device link as a Block local
+PV on the device it links to, and a global map dir as that PV's device.
 """
 
 from __future__ import annotations
@@ -34,13 +48,26 @@ from pathlib import Path
 from events.types import DesiredVolume, VolumeSource
 from volfsm.desired.resolve import PLUGIN_LOCAL
 from volfsm.node import mounts, ownership
-from volfsm.node.layout import RootLayout, UnsafePathError, escape_plugin_name
+from volfsm.node.layout import (
+    VOLUME_DEVICES,
+    RootLayout,
+    UnsafePathError,
+    escape_plugin_name,
+    safe_component,
+)
 from volfsm.plugins.base import (
+    BLOCK,
+    ConstructedSpec,
     ErrorClass,
+    GlobalDir,
+    GlobalScan,
     MountResult,
+    NodeView,
     PluginError,
+    PodVolumeDir,
     VolumePlugin,
     VolumeRequest,
+    list_dir,
 )
 
 ESCAPED_NAME = escape_plugin_name(PLUGIN_LOCAL)
@@ -107,6 +134,56 @@ def _matches(expr: dict[str, object], labels: dict[str, str]) -> bool:
     return False
 
 
+def global_map_path(layout: RootLayout, pv_name: str) -> Path:
+    """plugins/kubernetes.io~local-volume/volumeDevices/<pv>: a Block local PV's global map
+    dir (the kubelet's GetGlobalMapPath, under the escaped plugin name as the kubelet has it)."""
+    return layout.plugins_dir / ESCAPED_NAME / VOLUME_DEVICES / safe_component(pv_name, "PV name")
+
+
+def block_device_of(req: VolumeRequest) -> MountResult:
+    """MapPodDevice of a Block local PV: its path, which must be a block device. Nothing is
+    opened, formatted or written. FINAL PluginError with the reason otherwise."""
+    path = req.source.path
+    try:
+        kind = stat.S_IFMT(os.stat(path).st_mode)
+    except OSError as exc:
+        code = errno.errorcode.get(exc.errno or 0, "OSError")
+        raise PluginError(code, f"local path {path}: {exc.strerror}", ErrorClass.FINAL) from None
+    if kind != stat.S_IFBLK:
+        what = "a directory" if kind == stat.S_IFDIR else "not a block device"
+        raise PluginError(
+            "NotBlockDevice",
+            f"local PV {req.spec_name}: {path} is {what}: volumeMode Block needs a block device",
+            ErrorClass.FINAL,
+        )
+    return MountResult(path=path, device_path=path, detail=f"local block device {path}")
+
+
+def _read_link(layout: RootLayout, path: Path) -> str:
+    """Where the symlink `path` points (not followed); "" if it is none."""
+    try:
+        with layout.open_dir(path.parent) as fd:
+            return os.readlink(path.name, dir_fd=fd)
+    except (OSError, UnsafePathError):
+        return ""
+
+
+def _dev(info: mounts.MountInfo) -> tuple[int, int]:
+    return (info.major, info.minor)
+
+
+def local_spec(pv_name: str, path: str = "", volume_mode: str = "Filesystem") -> DesiredVolume:
+    """A reconstructed local PV's spec: named by its PV, enough for its teardown."""
+    source = VolumeSource(plugin=PLUGIN_LOCAL, path=path)
+    return DesiredVolume(
+        name=pv_name,
+        volume_id=f"{PLUGIN_LOCAL}/{pv_name}",
+        source=source,
+        volume_mode=volume_mode,
+        pv_name=pv_name,
+    )
+
+
 class LocalVolumePlugin(VolumePlugin):
     """kubernetes.io/local-volume: a local PV's directory, bind mounted for each pod."""
 
@@ -120,8 +197,12 @@ class LocalVolumePlugin(VolumePlugin):
         """Whether `source` is a local PV."""
         return source.plugin == self.name
 
+    def supports_block(self, source: VolumeSource) -> bool:
+        """Always: a Block local PV's path is a block device (checked at MapPodDevice)."""
+        return True
+
     def can_serve(self, source: VolumeSource, volume_mode: str) -> str | None:
-        """Filesystem mode on this node (the PV's nodeAffinity matches its labels)."""
+        """On this node only (the PV's nodeAffinity matches its labels)."""
         problem = super().can_serve(source, volume_mode)
         if problem is not None:
             return problem
@@ -141,16 +222,92 @@ class LocalVolumePlugin(VolumePlugin):
         pv_name = volume_id[len(prefix) :]
         return DesiredVolume(name=name, volume_id=volume_id, source=source, pv_name=pv_name)
 
+    def construct_volume_spec(
+        self, layout: RootLayout, entry: PodVolumeDir, node: NodeView
+    ) -> ConstructedSpec | str:
+        """A pod's local volume dir: the PV its dir names; its device if the bind there
+        comes from the PV's global mount (the kubelet's ConstructVolumeSpec)."""
+        if not entry.is_dir:
+            return f"{entry.path} is not a directory: no local volume dir"
+        pod_mount = node.mount_at(entry.path)
+        device = node.mount_at(self.global_mount_path(entry.name)) if pod_mount else None
+        if pod_mount is None or device is None or _dev(device) != _dev(pod_mount):
+            return ConstructedSpec(local_spec(entry.name))
+        note = f"local PV on block device {device.source}"
+        return ConstructedSpec(local_spec(entry.name, device.source), note=note)
+
+    def construct_block_volume_spec(
+        self, layout: RootLayout, entry: PodVolumeDir, node: NodeView
+    ) -> ConstructedSpec | str:
+        """A pod's device link: a Block local PV on the device it links to (kubelet's
+        ConstructBlockVolumeSpec); its device is mapped at the PV's global map dir."""
+        if entry.is_dir:
+            return f"{entry.path} is a directory: no local block device link"
+        target = _read_link(layout, entry.path)
+        spec = local_spec(entry.name, target, BLOCK)
+        return ConstructedSpec(spec, device_path=global_map_path(layout, entry.name))
+
+    def scan_global_dirs(self, layout: RootLayout) -> GlobalScan:
+        """The global map dirs of Block local PVs (volumeDevices/<pv>)."""
+        scan = GlobalScan()
+        where = layout.plugins_dir / ESCAPED_NAME / VOLUME_DEVICES
+        try:
+            names = list_dir(layout, where) or []
+        except (UnsafePathError, OSError) as exc:
+            scan.junk.append((where, f"cannot be read: {exc}"))
+            return scan
+        for name, is_dir in names:
+            path = where / name
+            if is_dir:
+                scan.dirs.append(GlobalDir(self.name, path, name, path, block=True))
+            else:
+                scan.junk.append((path, "a file or link where a global map dir belongs"))
+        return scan
+
+    def construct_device_spec(self, layout: RootLayout, entry: GlobalDir) -> ConstructedSpec | str:
+        """A global map dir: the Block local PV it is named after."""
+        return ConstructedSpec(local_spec(entry.name, volume_mode=BLOCK), device_path=entry.path)
+
+    def device_spec_from_volume_id(
+        self, layout: RootLayout, volume_id: str, device_mount_path: str
+    ) -> DesiredVolume | None:
+        """A Block local PV's spec from its id and global map dir."""
+        prefix = f"{PLUGIN_LOCAL}/"
+        if not volume_id.startswith(prefix) or not device_mount_path:
+            return None
+        pv_name = volume_id[len(prefix) :]
+        try:
+            mine = os.fspath(global_map_path(layout, pv_name)) == device_mount_path
+        except UnsafePathError:
+            return None
+        return local_spec(pv_name, volume_mode=BLOCK) if mine else None
+
     def expected_pod_mount(self, spec: object) -> str | None:
         """A bind mount of the local path."""
         return None
 
     def pod_mount_path(self, root: Path, req: VolumeRequest) -> Path:
-        """pods/<uid>/volumes/kubernetes.io~local-volume/<pv name>."""
-        return RootLayout(root).pod_volume_dir(req.pod_uid, ESCAPED_NAME, req.spec_name)
+        """pods/<uid>/volumes/kubernetes.io~local-volume/<pv name>; for Block the device
+        link pods/<uid>/volumeDevices/kubernetes.io~local-volume/<pv name>."""
+        layout = RootLayout(root)
+        if req.volume_mode == BLOCK:
+            return layout.pod_volume_device_path(req.pod_uid, ESCAPED_NAME, req.spec_name)
+        return layout.pod_volume_dir(req.pod_uid, ESCAPED_NAME, req.spec_name)
+
+    def device_mount_path(self, root: Path, req: VolumeRequest) -> Path | None:
+        """The global map dir of a Block local PV (None in Filesystem mode)."""
+        if req.volume_mode != BLOCK:
+            return None
+        return global_map_path(RootLayout(root), req.spec_name)
 
     async def set_up(self, req: VolumeRequest) -> MountResult:
-        """Check the path is a directory; bind mount it at the pod's dir. Idempotent."""
+        """Check the path is a directory; bind mount it at the pod's dir. Idempotent.
+
+        Block: check the path is a block device and name it (MapPodDevice);
+        the engine maps it.
+        """
+        if req.volume_mode == BLOCK:
+            return await asyncio.to_thread(block_device_of, req)
         return await asyncio.to_thread(self._set_up, req)
 
     def _set_up(self, req: VolumeRequest) -> MountResult:
@@ -271,7 +428,12 @@ class LocalVolumePlugin(VolumePlugin):
         ]
 
     async def tear_down(self, req: VolumeRequest) -> str | None:
-        """Unmount the bind and remove the empty pod dir; the local path is left as it is."""
+        """Unmount the bind and remove the empty pod dir; the local path is left as it is.
+
+        Block: nothing (the engine's unmap removed its links and binds; the device stays).
+        """
+        if req.volume_mode == BLOCK:
+            return None
         return await asyncio.to_thread(self._tear_down, req)
 
     def _tear_down(self, req: VolumeRequest) -> str | None:
@@ -289,6 +451,8 @@ class LocalVolumePlugin(VolumePlugin):
         except (UnsafePathError, mounts.MountError) as exc:
             raise PluginError("TearDownFailed", str(exc), ErrorClass.UNCERTAIN) from None
         except OSError as exc:
+            if req.keep_files and exc.errno == errno.ENOTEMPTY:
+                return f"kept: {target}: not empty once unmounted (files the log did not create)"
             code = errno.errorcode.get(exc.errno or 0, "OSError")
             raise PluginError(code, f"removing {target}: {exc}", ErrorClass.UNCERTAIN) from None
         return None

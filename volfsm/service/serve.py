@@ -235,7 +235,7 @@ class NodeService:
         object_volumes = register_object_plugins(self.catalog, layout, s)
         memory = object_volumes.allocatable.get("memory")
         self.catalog.register(EmptyDirPlugin(layout, int(memory) if memory else None))
-        self.catalog.register(HostPathPlugin())
+        self.catalog.register(HostPathPlugin(layout))
         self.catalog.register(LocalVolumePlugin(layout, {**s.node_labels, HOSTNAME_LABEL: s.node}))
         await self._start_csi(layout)
         lost = claim.lost

@@ -67,7 +67,11 @@ from volfsm.plugins.base import BLOCK, PluginError, VolumePlugin
 
 def mount_key_pod(plugin: VolumePlugin, dv: DesiredVolume, pod_uid: str) -> str:
     """Pod part of a mount/map key: "" (serialised per volume) unless the plugin is plain."""
-    if plugin.is_attachable(dv.source) or plugin.is_device_mountable(dv.source):
+    if (
+        plugin.is_attachable(dv.source)
+        or plugin.is_device_mountable(dv.source)
+        or plugin.mounts_one_pod_at_a_time(dv.source)
+    ):
         return EMPTY_POD
     return pod_uid
 

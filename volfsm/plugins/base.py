@@ -235,6 +235,12 @@ class SpecConstructor:
         """Whether the volume is staged once per node (MountDevice / NodeStage)."""
         return False
 
+    def mounts_one_pod_at_a_time(self, source: VolumeSource) -> bool:
+        """Whether mounts (maps) of the volume for several pods must not run at once, although
+        the plugin stages nothing: its SetUp shares node state across pods (the kubelet's
+        plugin is device-mountable, so the kubelet keys its mounts per volume)."""
+        return False
+
     def construct_volume_spec(
         self, layout: RootLayout, entry: PodVolumeDir, node: NodeView
     ) -> ConstructedSpec | str:

@@ -201,6 +201,12 @@ class LocalVolumePlugin(VolumePlugin):
         """Always: a Block local PV's path is a block device (checked at MapPodDevice)."""
         return True
 
+    def mounts_one_pod_at_a_time(self, source: VolumeSource) -> bool:
+        """Always: pods of one local PV share its global mount (a filesystem on a device) or
+        its global map dir (Block); the kubelet's local plugin is device-mountable, so the
+        kubelet runs one mount of a local volume at a time too."""
+        return True
+
     def can_serve(self, source: VolumeSource, volume_mode: str) -> str | None:
         """On this node only (the PV's nodeAffinity matches its labels)."""
         problem = super().can_serve(source, volume_mode)

@@ -147,6 +147,7 @@ async def test_csi_volumes_are_rebuilt_from_vol_data_json_and_handed_to_the_desi
         assert (dev.state, dev.reconstructed) == ("Uncertain", True)
         assert dev.device_mount_path == str(node.layout.csi_staging_path(CSI_DRIVER, vid[-5:]))
         assert dev.plugin == f"kubernetes.io/csi:{CSI_DRIVER}"
+        assert dev.attachable  # no CSIDriver object: attach required, as when it was mounted
     assert second.reconstruction is not None and not second.reconstruction.orphans
 
     # Act: pa is desired again (its volume is called "data"), pb is not

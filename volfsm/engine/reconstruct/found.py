@@ -146,7 +146,11 @@ def _plan_device(
     if dev is None:
         source = spec.source
         label = f"{source.plugin}:{source.driver}" if source.driver else source.plugin
-        body = DeviceAttached(volume_id=vid, plugin=label, attachable=False)
+        plugin = ctx.ops.find_plugin(source)
+        attachable = not isinstance(plugin, PluginError) and plugin.is_attachable(
+            source, inline=not spec.pv_name
+        )
+        body = DeviceAttached(volume_id=vid, plugin=label, attachable=attachable)
         plan.actions.append(Fire(vid, "", "", "attach", body))
     plan.mark_device(vid, reason, os.fspath(path) if path else "", found=True)
     plan.device_specs.setdefault(vid, spec)

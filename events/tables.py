@@ -138,7 +138,9 @@ PODVOL_FSM = FsmTable(
 TABLES: dict[str, FsmTable] = {DEVICE_FSM.name: DEVICE_FSM, PODVOL_FSM.name: PODVOL_FSM}
 
 OPERATION_EVENTS = frozenset({"OperationStarted", "OperationSucceeded", "OperationFailed"})
-DESIRED_EVENTS = frozenset({"PodAdded", "PodRemoved", "PodCleanedUp", "DesiredSizeChanged"})
+DESIRED_EVENTS = frozenset(
+    {"PodAdded", "PodPending", "PodRemoved", "PodCleanedUp", "DesiredSizeChanged"}
+)
 OBJECT_EVENTS = frozenset({"ObjectApplied", "ObjectDeleted"})
 OBSERVATION_EVENTS = frozenset({"VolumeConditionChanged", "VolumeUsageChanged"})
 """What the volume stats gatherer saw of a mounted pod-volume: on pod-volume streams only,

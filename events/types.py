@@ -76,6 +76,41 @@ class PodAdded(Body, frozen=True, kw_only=True, omit_defaults=True):
     service_account: str = ""  # spec.serviceAccountName ("" in logs written before it was kept)
 
 
+class PendingVolume(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A volume of a pending pod, and the object it waits for."""
+
+    name: str
+    waits_for: str
+    """The object: "PersistentVolumeClaim <namespace>/<name>" or "PersistentVolume <name>"."""
+    reason: str = ""
+    """What is missing of it ("not found yet; ...", "not bound yet (...)")."""
+    needs: tuple[str, ...] = ()
+    """Further objects whose apply may change the answer (the PV a claim names)."""
+
+    @property
+    def text(self) -> str:
+        """'PersistentVolumeClaim default/web-data: not found yet; ...'."""
+        if self.waits_for and self.reason:
+            return f"{self.waits_for}: {self.reason}"
+        return self.waits_for or self.reason
+
+
+class PodPending(Body, frozen=True, kw_only=True, omit_defaults=True):
+    """A pod is in the desired state, but some of its volumes wait for objects not there yet.
+
+    The kubelet's populator keeps such a pod (ContainerCreating) and retries
+    it; here an apply of an object it waits for re-resolves it, and a
+    `PodAdded` of the same uid follows once every volume resolves. Nothing is
+    mounted for a pending pod. A later `PodPending` replaces the reasons.
+    """
+
+    KIND = "desired"
+    pod_uid: str
+    namespace: str
+    name: str
+    waiting: tuple[PendingVolume, ...] = ()
+
+
 class PodRemoved(Body, frozen=True, kw_only=True):
     """A pod was removed from the desired state."""
 
@@ -360,6 +395,7 @@ Event = (
     | PodRemoved
     | PodCleanedUp
     | DesiredSizeChanged
+    | PodPending
     | ObjectApplied
     | ObjectDeleted
     | DeviceAttached
@@ -385,6 +421,7 @@ EVENT_TYPES: dict[str, type[Body]] = {
         PodRemoved,
         PodCleanedUp,
         DesiredSizeChanged,
+        PodPending,
         ObjectApplied,
         ObjectDeleted,
         DeviceAttached,

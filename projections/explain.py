@@ -32,7 +32,9 @@ from events.types import (
     OperationFailed,
     OperationStarted,
     OperationSucceeded,
+    PendingVolume,
     PodAdded,
+    PodPending,
     PodRemoved,
 )
 from projections.asw import Asw, DeviceState, PodVolumeState
@@ -100,6 +102,8 @@ class PodRecord:
     added_us: int
     volumes: tuple[DesiredVolume, ...]
     removed_us: int | None = None
+    waiting: tuple[PendingVolume, ...] = ()
+    """A pending pod's volumes and what each waits for (empty once it is added)."""
 
 
 @dataclass(slots=True)
@@ -158,6 +162,9 @@ class PodExplanation:
     at_us: int
     as_of_seq: int
     volumes: list[VolumeExplanation] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    """A pending pod: each waiting volume and the object it waits for (nothing is mounted
+    for it until every volume resolves: a `PodAdded` then follows)."""
 
     def counts(self) -> dict[str, int]:
         """How many volumes have each verdict."""
@@ -201,6 +208,13 @@ class ExplainFold:
             self.pods[body.pod_uid] = PodRecord(
                 body.pod_uid, body.namespace, body.name, env.seq, env.ts, body.volumes
             )
+        elif isinstance(body, PodPending):
+            known = self.pods.get(body.pod_uid)
+            if known is None or known.removed_us is not None:
+                known = self.pods[body.pod_uid] = PodRecord(
+                    body.pod_uid, body.namespace, body.name, env.seq, env.ts, ()
+                )
+            known.waiting = body.waiting
         elif isinstance(body, PodRemoved) and body.pod_uid in self.pods:
             self.pods[body.pod_uid].removed_us = env.ts
         self.asw.apply(env)
@@ -514,16 +528,18 @@ def explain_folded(fold: ExplainFold, ref: str, at_us: int | None = None) -> Pod
     names += sorted(
         pv.volume_name for pv in fold.asw.pod_volumes(pod.pod_uid) if pv.volume_name not in specs
     )
+    pending = bool(pod.waiting) and pod.removed_us is None
     return PodExplanation(
         pod_uid=pod.pod_uid,
         namespace=pod.namespace,
         name=pod.name,
-        desired=pod.pod_uid in fold.asw.desired_pods,
+        desired=pending or pod.pod_uid in fold.asw.desired_pods,
         added_us=pod.added_us,
         removed_us=pod.removed_us,
         at_us=at,
         as_of_seq=fold.asw.last_seq,
         volumes=[_explain_volume(fold, pod, n, specs.get(n), at) for n in names],
+        waiting=[f"volume {w.name}: {w.text}" for w in pod.waiting] if pending else [],
     )
 
 

@@ -37,6 +37,7 @@ from events.types import (
     OperationSucceeded,
     PodAdded,
     PodCleanedUp,
+    PodPending,
     PodRemoved,
     VolumeConditionChanged,
     VolumeMounted,
@@ -208,6 +209,7 @@ class Story:
         self._subjects: dict[str, str] = {}
         self._tellers: dict[str, Callable[[Envelope], StoryLine]] = {
             "PodAdded": self._pod_added,
+            "PodPending": self._pod_pending,
             "PodRemoved": self._pod_removed,
             "PodCleanedUp": self._pod_cleaned_up,
             "DesiredSizeChanged": self._size_wanted,
@@ -231,7 +233,7 @@ class Story:
         body = env.body
         if isinstance(body, OperationFailed | OperationSucceeded):
             self._count_outcome(env.stream, body)
-        elif isinstance(body, PodAdded):
+        elif isinstance(body, PodAdded | PodPending):
             self._learn_pod(body)
         self.asw.apply(env)
 
@@ -274,7 +276,7 @@ class Story:
         self._subjects[stream] = text
         return text
 
-    def _learn_pod(self, body: PodAdded) -> None:
+    def _learn_pod(self, body: PodAdded | PodPending) -> None:
         name = f"{body.namespace}/{body.name}"
         if self.pod_names.get(body.pod_uid) != name:
             self.pod_names[body.pod_uid] = name
@@ -291,6 +293,15 @@ class Story:
         vols = ", ".join(f"{v.name}={v.volume_id}" for v in body.volumes) or "none"
         verb = "updated" if again else "added"
         text = f"desired: pod {verb} (uid {body.pod_uid}); volumes: {vols}"
+        return StoryLine(env.seq, env.ts, env.stream, env.type, self.subject(env.stream), text)
+
+    def _pod_pending(self, env: Envelope) -> StoryLine:
+        body = env.body
+        assert isinstance(body, PodPending)
+        self._learn_pod(body)
+        self.asw.apply(env)
+        waits = "; ".join(f"{w.name} waits for {w.text}" for w in body.waiting) or "nothing"
+        text = f"desired: pod pending (uid {body.pod_uid}), nothing mounted yet: {waits}"
         return StoryLine(env.seq, env.ts, env.stream, env.type, self.subject(env.stream), text)
 
     def _pod_removed(self, env: Envelope) -> StoryLine:

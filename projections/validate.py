@@ -164,12 +164,16 @@ def _check_desired_event(env: Envelope, st: _StreamState) -> str | None:
         return "not a desired-state event"
     if env.type == "PodAdded":
         st.state = "Added"
+    elif env.type == "PodPending":
+        if st.state == "Added":
+            return "PodPending of a pod already added (a pending pod waits before its PodAdded)"
+        st.state = "Pending"
     elif env.type == "PodRemoved":
-        if st.state != "Added":
-            return "PodRemoved without a PodAdded before it"
+        if st.state not in ("Added", "Pending"):
+            return "PodRemoved without a PodAdded or PodPending before it"
         st.state = "Removed"
         st.removed = True
-    elif env.type == "PodCleanedUp" and st.state == "Added" and not st.removed:
+    elif env.type == "PodCleanedUp" and st.state in ("Added", "Pending") and not st.removed:
         # Not of a pod that is desired and never was removed. After a removal the same uid
         # may be added again before the cleanup is recorded, and a pod only reconstruction
         # knew (found on the node) has no PodAdded at all: the fold forgets only Unmounted

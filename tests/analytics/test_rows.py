@@ -13,7 +13,9 @@ from events.types import (
     Envelope,
     ObjectApplied,
     ObjectDeleted,
+    PendingVolume,
     PodCleanedUp,
+    PodPending,
     VolumeConditionChanged,
     VolumeUsageChanged,
 )
@@ -45,6 +47,9 @@ def sample_envelopes() -> list[Envelope]:
     objects = object_stream("ConfigMap", "default", "cm")
     sim.emit(objects, ObjectApplied(**cm, resource_version=1, content_hash="sha256:0"), 10)
     sim.emit(objects, ObjectDeleted(**cm, resource_version=2), 10)
+    waits = PendingVolume(name="v0", waits_for="PersistentVolumeClaim default/p-v0", reason="x")
+    pending = PodPending(pod_uid="n9-p", namespace="default", name="p", waiting=(waits,))
+    sim.emit(pod_stream("n9-p"), pending, 10)
     return node1() + node2() + sim.envs
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from events.types import PodAdded
+from events.types import PodAdded, PodPending
 from tests.desired.builders import can_serve, pod, pv, pvc
 from volfsm.desired import DesiredStateOfWorld
 from volfsm.errors import InvalidObjectError
@@ -49,12 +49,18 @@ def test_the_pods_claim_is_used_as_a_persistent_volume_claim() -> None:
     assert vol.volume_id == "kubernetes.io/csi/hostpath.csi.example.com^vol-1"
 
 
-def test_without_its_claim_the_pod_is_told_what_it_waits_for() -> None:
+def test_without_its_claim_the_pod_is_accepted_waiting_for_it() -> None:
     dsw = DesiredStateOfWorld(can_serve)
-    with pytest.raises(InvalidObjectError) as info:
-        dsw.plan_apply([pv(), pod(volumes=[EPHEMERAL])])
-    assert "spec.volumes[0].ephemeral" in str(info.value)
-    assert "waiting for PersistentVolumeClaim default/web-scratch" in str(info.value)
+    plan = dsw.plan_apply([pv(), pod(volumes=[EPHEMERAL])])
+    [pending] = [c.body for c in plan.changes]
+    assert isinstance(pending, PodPending)
+    [waiting] = pending.waiting
+    assert (waiting.name, waiting.waits_for) == (
+        "scratch",
+        "PersistentVolumeClaim default/web-scratch",
+    )
+    assert "volumeClaimTemplate" in waiting.reason
+    assert "ownerReference to pod uid uid-web (controller: true)" in waiting.reason
 
 
 @pytest.mark.parametrize(("owner", "controller"), [("uid-other", True), ("uid-web", False)])

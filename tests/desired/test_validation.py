@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from events.types import PodAdded
+from events.types import PodAdded, PodPending
 from tests.desired.builders import (
     BLOCK_REFUSING_DRIVER,
     UNKNOWN_DRIVER,
@@ -187,48 +187,43 @@ def test_inline_csi_driver_name_that_is_not_a_path_component(dsw: DesiredStateOf
 # ---------------------------------------------------------------------- claims
 
 
-def test_claim_not_found(dsw: DesiredStateOfWorld) -> None:
-    rejected(
-        dsw,
-        [pv(), pod()],
-        "Pod default/web: spec.volumes[0].persistentVolumeClaim.claimName",
-        "PersistentVolumeClaim default/data not found",
+def waits(dsw: DesiredStateOfWorld, objects: list[Any], volume: str, *fragments: str) -> str:
+    """Assert plan_apply accepts the pod as pending: its volume waits, as the text says."""
+    plan = dsw.plan_apply(objects)
+    [pending] = [c.body for c in plan.changes if isinstance(c.body, PodPending)]
+    assert isinstance(pending, PodPending)
+    [waiting] = pending.waiting
+    assert waiting.name == volume
+    for fragment in fragments:
+        assert fragment in waiting.text, waiting.text
+    [result] = [r for r in plan.results if r.kind == "Pod"]
+    assert result.waiting == f"{volume}: {waiting.text}"
+    return waiting.text
+
+
+def test_claim_not_found_waits(dsw: DesiredStateOfWorld) -> None:
+    assert waits(dsw, [pv(), pod()], "data") == (
+        "PersistentVolumeClaim default/data: not found yet"
     )
 
 
 def test_claim_in_another_namespace_is_not_found(dsw: DesiredStateOfWorld) -> None:
-    rejected(
-        dsw,
-        [pv(claim=None), pvc(namespace="other"), pod()],
-        "Pod default/web: spec.volumes[0].persistentVolumeClaim.claimName",
-        "default/data not found",
-    )
+    waits(dsw, [pv(claim=None), pvc(namespace="other"), pod()], "data", "default/data: not found")
 
 
-def test_claim_not_bound(dsw: DesiredStateOfWorld) -> None:
-    rejected(
-        dsw,
-        [pvc(volume="", phase="Pending"), pod()],
-        "Pod default/web: spec.volumes[0].persistentVolumeClaim.claimName",
-        "is not bound",
-    )
+def test_claim_not_bound_waits(dsw: DesiredStateOfWorld) -> None:
+    waits(dsw, [pvc(volume="", phase="Pending"), pod()], "data", "not bound yet")
 
 
 def test_claim_with_volume_name_but_pending_phase(dsw: DesiredStateOfWorld) -> None:
-    rejected(
-        dsw,
-        [pv(), pvc(phase="Lost"), pod()],
-        "Pod default/web: spec.volumes[0].persistentVolumeClaim.claimName",
-        "not bound (phase Lost)",
-    )
+    waits(dsw, [pv(), pvc(phase="Lost"), pod()], "data", "not bound yet (phase Lost)")
 
 
-def test_bound_volume_not_found(dsw: DesiredStateOfWorld) -> None:
-    rejected(
-        dsw,
-        [pvc(volume="pv-gone"), pod()],
-        "Pod default/web: spec.volumes[0].persistentVolumeClaim.claimName",
-        "PersistentVolume pv-gone, not found",
+def test_bound_volume_not_found_waits(dsw: DesiredStateOfWorld) -> None:
+    text = waits(dsw, [pvc(volume="pv-gone"), pod()], "data")
+    assert text == (
+        "PersistentVolume pv-gone: not found yet (PersistentVolumeClaim default/data is bound "
+        "to it)"
     )
 
 

@@ -33,10 +33,10 @@ async def test_apply_records_desired_events_once_and_rejects_invalid_objects_who
     assert not again.changed
     await engine.settle()  # the mount's OperationSucceeded may follow VolumeMounted
     seq = engine.log.last_seq()
-    bad = pod("u2", claim_volume("data", "missing-claim"))
+    bad = pod("u2", {"name": "data", "emptyDir": {"sizeLimit": "lots"}})
     with pytest.raises(InvalidObjectError) as rejected:
         await engine.apply([pod("u3", claim_volume("data", "v1")), bad])
-    assert "spec.volumes[0].persistentVolumeClaim.claimName" in str(rejected.value)
+    assert "spec.volumes[0].emptyDir.sizeLimit" in str(rejected.value)
     assert engine.log.last_seq() == seq  # nothing of the batch was recorded
     assert "u3" not in engine.dsw.pods
 

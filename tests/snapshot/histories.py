@@ -35,8 +35,10 @@ from events.types import (
     OperationFailed,
     OperationStarted,
     OperationSucceeded,
+    PendingVolume,
     PodAdded,
     PodCleanedUp,
+    PodPending,
     PodRemoved,
     VolumeMounted,
     VolumeMountUncertain,
@@ -151,6 +153,11 @@ def draw_step(r: Any) -> Step:
     """One append drawn with `r` (a `random.Random`, or hypothesis' `st.randoms()`)."""
     what = r.randint(0, 9)
     uid = r.choice(UIDS)
+    if what == 1 and r.randint(0, 3) == 0:  # pending: waits for its claim, mounts nothing
+        waits = PendingVolume(name=r.choice(NAMES), waits_for="PersistentVolumeClaim ns/c")
+        return pod_stream(uid), [
+            PodPending(pod_uid=uid, namespace="ns", name="a", waiting=(waits,))
+        ]
     if what <= 1:
         return pod_stream(uid), [_pod_added(r, uid)]
     if what == 2:
@@ -255,6 +262,7 @@ def state_view(parts: EngineParts) -> dict[str, Any]:
         "dsw_by_volume": {vid: list(users) for vid, users in by_volume.items()},
         "dsw_sizes": list(dsw._sizes.items()),
         "dsw_generation": dsw.generation,
+        "dsw_pending": list(dsw.pending.items()),
         "to_mount": list(dsw.volumes_to_mount()),
         "removed_pods": list(index.removed_pods.items()),
         "removed_volumes": list(index.removed_volumes.items()),

@@ -53,7 +53,15 @@ def print_explanation(exp: PodExplanation) -> None:
         f"pod {exp.namespace}/{exp.name} (uid {exp.pod_uid}) at {fmt_ts(at)} "
         f"(as of seq {exp.as_of_seq}; relative times are to this moment)"
     )
-    if exp.desired:
+    if exp.waiting:
+        print_line(
+            f"desired: yes, since {fmt_ts(exp.added_us)} (pending: nothing is mounted until "
+            "every volume resolves)"
+        )
+        print_line("waiting for:")
+        for item in exp.waiting:
+            print_line(f"  - {item}")
+    elif exp.desired:
         print_line(f"desired: yes, since {fmt_ts(exp.added_us)}")
     else:
         print_line(
@@ -97,6 +105,8 @@ def print_explanation(exp: PodExplanation) -> None:
 def explanation_json(exp: PodExplanation) -> dict[str, Any]:
     """The explanation as JSON, ISO times beside the µs ones."""
     doc: dict[str, Any] = msgspec.to_builtins(exp)
+    if not exp.waiting:
+        doc.pop("waiting", None)  # only a pending pod's
     doc["at"] = fmt_ts(exp.at_us)
     doc["counts"] = exp.counts()
     for vol, item in zip(exp.volumes, doc["volumes"], strict=True):

@@ -91,7 +91,8 @@ def object_list(what: str) -> str | None:
 
 
 def apply_lines(reply: dict[str, Any]) -> list[str]:
-    """What `apply` prints: one line per object (a pod with its uid), then the deleted pods."""
+    """What `apply` prints: one line per object (a pod with its uid, and what it waits for if
+    it is pending), then the deleted pods."""
     lines = []
     for result in reply.get("results", []):
         namespace = result.get("namespace") or ""
@@ -99,6 +100,9 @@ def apply_lines(reply: dict[str, Any]) -> list[str]:
         line = f"{str(result['kind']).lower()}/{where} {result['action']}"
         if result.get("kind") == "Pod" and result.get("uid"):
             line += f" (uid {result['uid']})"
+        if result.get("waiting"):
+            accepted = "" if result.get("action") == "still waiting" else "accepted, "
+            line += f"; {accepted}waiting: {result['waiting']}"
         lines.append(line)
     for pod in reply.get("deleted", []):
         lines.append(f"pod/{pod['namespace']}/{pod['name']} deleted (not in the desired state)")

@@ -65,7 +65,7 @@ def listing(names: Iterable[str], limit: int = SHOWN) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KnownPod:
-    """A pod the log has a PodAdded of."""
+    """A pod the log has a PodAdded (or PodPending) of."""
 
     uid: str
     namespace: str
@@ -88,15 +88,21 @@ _pod_view = msgspec.msgpack.Decoder(_PodView)
 
 
 def known_pods(log: EventLog) -> dict[str, KnownPod]:
-    """Every pod with a PodAdded in the log, by uid (the latest name of each)."""
+    """Every pod with a PodAdded or PodPending in the log, by uid (with the seq of its first)."""
     pods: dict[str, KnownPod] = {}
     with log.scan_rows(prefix=POD_PREFIX) as rows:
         for seq, _stream, _version, type_name, _schema, _ts, body in rows:
-            if type_name != "PodAdded":
+            if type_name not in _DESIRING:
                 continue
             view = _pod_view.decode(body)
-            pods[view.pod_uid] = KnownPod(view.pod_uid, view.namespace, view.name, seq)
+            known = pods.get(view.pod_uid)
+            first = known.added_seq if known is not None else seq
+            pods[view.pod_uid] = KnownPod(view.pod_uid, view.namespace, view.name, first)
     return pods
+
+
+_DESIRING = frozenset({"PodAdded", "PodPending"})
+"""The events that put a pod into the desired state (a pending one waits for objects)."""
 
 
 def match_pods(pods: Sequence[KnownPod], ref: PodRef) -> list[KnownPod]:

@@ -1,8 +1,12 @@
 """The desired state of world (DSW): which pods want which volumes, at what size.
 
 The DSW's pods are a fold of the desired-state events (`PodAdded`,
-`PodRemoved`, `DesiredSizeChanged`): `observe` applies one, so recovery is
-replaying them. Changes go through a plan: `plan_apply` / `plan_delete_pod`
+`PodPending`, `PodRemoved`, `DesiredSizeChanged`): `observe` applies one, so
+recovery is replaying them. A pending pod (`pending`) is desired but waits
+for objects its volumes need (a claim, its PV): it has no volumes to mount
+until a `PodAdded` of the same uid follows; its Pod object is kept
+(`commit_objects`, and `remember_pods` at start) to resolve it again when an
+object it waits for is applied. Changes go through a plan: `plan_apply` / `plan_delete_pod`
 validate and return the events to record without touching the DSW; the
 caller records them, feeds the recorded envelopes to `observe`, and then
 `commit_objects` remembers the plan's PVs and PVCs for later applies.
@@ -15,7 +19,7 @@ returns a list rebuilt only after a change.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -27,10 +31,11 @@ from events.types import (
     DesiredVolume,
     Envelope,
     PodAdded,
+    PodPending,
     PodRemoved,
 )
 from volfsm.desired.errors import InvalidObjectError
-from volfsm.desired.objects import PersistentVolume, PersistentVolumeClaim
+from volfsm.desired.objects import PersistentVolume, PersistentVolumeClaim, Pod
 from volfsm.desired.plan import (
     ApplyPlan,
     ApplyResult,
@@ -38,7 +43,7 @@ from volfsm.desired.plan import (
     StoredLookup,
     plan_apply,
 )
-from volfsm.desired.resolve import CanServe
+from volfsm.desired.resolve import CanServe, ephemeral_claim_name
 
 __all__ = [
     "ApplyPlan",
@@ -69,6 +74,8 @@ class DswSnapshot(msgspec.Struct, array_like=True, frozen=True):
     """(namespace, name, uid)"""
     sizes: dict[str, int] = {}
     generation: int = 0
+    pending: list[PodPending] = []
+    """Pending pods (their names are in `by_name`)."""
 
 
 class DesiredStateOfWorld:
@@ -79,6 +86,8 @@ class DesiredStateOfWorld:
         self.node_name = node_name
         """This node: pods whose spec.nodeName names another one are refused ("" takes all)."""
         self.pods: dict[str, PodAdded] = {}
+        self.pending: dict[str, PodPending] = {}
+        """Pods desired but waiting for objects their volumes need (nothing to mount yet)."""
         self.generation = 0
         """Bumped by every observed change: a cheap "did anything change" for callers."""
         self._by_name: dict[tuple[str, str], str] = {}
@@ -88,8 +97,10 @@ class DesiredStateOfWorld:
         self._to_mount: list[PodVolume] | None = None
         self._pvs: dict[str, PersistentVolume] = {}
         self._pvcs: dict[tuple[str, str], PersistentVolumeClaim] = {}
+        self._pending_specs: dict[str, Pod] = {}
         self.folds: dict[type, Callable[[Any], None]] = {
             PodAdded: self._add,
+            PodPending: self._on_pending,
             PodRemoved: self._on_removed,
             DesiredSizeChanged: self._on_size,
         }
@@ -110,9 +121,17 @@ class DesiredStateOfWorld:
         return plan_apply(objects, self, self.can_serve, self.node_name, stored)
 
     def commit_objects(self, plan: ApplyPlan) -> None:
-        """Remember the plan's PVs and PVCs (after its changes were recorded)."""
+        """Remember the plan's PVs and PVCs, and the Pod objects of its pending pods (after
+        its changes were recorded)."""
         self._pvs.update(plan.pvs)
         self._pvcs.update(plan.pvcs)
+        self.remember_pods(a.obj for a in plan.objects if isinstance(a.obj, Pod))
+
+    def remember_pods(self, pods: Iterable[Pod]) -> None:
+        """Keep the Pod objects of pending pods (the object store's, at start)."""
+        for pod in pods:
+            if pod.metadata.uid in self.pending:
+                self._pending_specs[pod.metadata.uid] = pod
 
     def remember(
         self,
@@ -141,6 +160,24 @@ class DesiredStateOfWorld:
                 ):
                     found.append(f"{pod.namespace}/{pod.name}")
                     break
+        if claim is not None:
+            found.extend(self._pending_using(claim))
+        return found
+
+    def _pending_using(self, claim: tuple[str, str]) -> list[str]:
+        """'namespace/name' of the pending pods whose spec names the claim."""
+        found = []
+        for uid, spec in self._pending_specs.items():
+            if spec.metadata.ns != claim[0] or uid not in self.pending:
+                continue
+            for volume in spec.spec.volumes:
+                src = volume.persistent_volume_claim
+                named = src.claim_name if src is not None else None
+                if volume.ephemeral is not None:
+                    named = ephemeral_claim_name(spec, volume)
+                if named == claim[1]:
+                    found.append(f"{spec.metadata.ns}/{spec.metadata.name}")
+                    break
         return found
 
     def plan_delete_pod(
@@ -149,8 +186,10 @@ class DesiredStateOfWorld:
         """The event removing a pod, by uid or by namespace and name ([] if no such pod)."""
         if uid is None and (namespace is None or name is None):
             raise ValueError("give a pod uid, or a namespace and a name")
-        pod = (
-            self.pods.get(uid) if uid is not None else self.pod_by_name(namespace or "", name or "")
+        pod: PodAdded | PodPending | None = (
+            self.desired_pod(uid)
+            if uid is not None
+            else self.desired_by_name(namespace or "", name or "")
         )
         if pod is None:
             return []
@@ -175,6 +214,27 @@ class DesiredStateOfWorld:
 
     def _on_removed(self, body: PodRemoved) -> None:
         self._remove(body.pod_uid)
+        if self.pending:
+            self._forget_pending(body.pod_uid)
+
+    def _on_pending(self, body: PodPending) -> None:
+        uid = body.pod_uid
+        if uid in self.pods:
+            self._remove(uid)
+        self.pending[uid] = body
+        self._by_name[(body.namespace, body.name)] = uid
+        self.generation += 1
+
+    def _forget_pending(self, uid: str) -> None:
+        """The pod is no longer pending (added, or removed)."""
+        pod = self.pending.pop(uid, None)
+        self._pending_specs.pop(uid, None)
+        if pod is None:
+            return
+        key = (pod.namespace, pod.name)
+        if self._by_name.get(key) == uid:
+            del self._by_name[key]
+        self.generation += 1
 
     def _on_size(self, body: DesiredSizeChanged) -> None:
         self._sizes[body.volume_id] = body.size_bytes
@@ -183,6 +243,8 @@ class DesiredStateOfWorld:
     def _add(self, pod: PodAdded) -> None:
         if pod.pod_uid in self.pods:
             self._remove(pod.pod_uid)
+        elif self.pending:
+            self._forget_pending(pod.pod_uid)
         uid = pod.pod_uid
         self.pods[uid] = pod
         self._by_name[(pod.namespace, pod.name)] = uid
@@ -219,6 +281,7 @@ class DesiredStateOfWorld:
             by_name=[(ns, name, uid) for (ns, name), uid in self._by_name.items()],
             sizes=dict(self._sizes),
             generation=self.generation,
+            pending=list(self.pending.values()),
         )
 
     def restore_state(self, snap: DswSnapshot) -> None:
@@ -236,6 +299,9 @@ class DesiredStateOfWorld:
             for vol in pod.volumes:
                 self._entries[(uid, vol.name)] = (pod, vol)
                 self._by_volume.setdefault(vol.volume_id, {})[uid] = None
+        self.pending.clear()
+        self.pending.update((p.pod_uid, p) for p in snap.pending)
+        self._pending_specs = {}
         self._by_name = {(ns, name): uid for ns, name, uid in snap.by_name}
         self._sizes = dict(snap.sizes)
         self.generation = snap.generation
@@ -252,11 +318,44 @@ class DesiredStateOfWorld:
         uid = self._by_name.get((namespace, name))
         return self.pods.get(uid) if uid is not None else None
 
+    def desired_pod(self, uid: str) -> PodAdded | PodPending | None:
+        """The pod `uid` if it is desired: added, or pending."""
+        return self.pods.get(uid) or self.pending.get(uid)
+
+    def desired_by_name(self, namespace: str, name: str) -> PodAdded | PodPending | None:
+        """The desired pod namespace/name (added or pending), or None."""
+        uid = self._by_name.get((namespace, name))
+        return self.desired_pod(uid) if uid is not None else None
+
+    def pending_spec(self, uid: str) -> Pod | None:
+        """The Pod object of pending pod `uid` (None if it is not pending, or not kept)."""
+        return self._pending_specs.get(uid)
+
+    def pending_waiting_on(self, keys: Iterable[str]) -> list[str]:
+        """UIDs of the pending pods waiting for any of these objects (`claim_key`,
+        `volume_key`), in the order they became pending."""
+        wanted = set(keys)
+        if not wanted or not self.pending:
+            return []
+        return [
+            uid
+            for uid, pod in self.pending.items()
+            if any(w.waits_for in wanted or wanted.intersection(w.needs) for w in pod.waiting)
+        ]
+
     def volumes_to_mount(self) -> list[PodVolume]:
         """Every (pod, volume) that should be mounted. Cached: do not mutate the list."""
         if self._to_mount is None:
             self._to_mount = list(self._entries.values())
         return self._to_mount
+
+    def desired_entries(self) -> Mapping[tuple[str, str], PodVolume]:
+        """(pod uid, volume name) -> (pod, volume) of every desired pod-volume (read only)."""
+        return self._entries
+
+    def desired_sizes(self) -> Mapping[str, int]:
+        """volume id -> the size pods want, for the volumes that have one (read only)."""
+        return self._sizes
 
     def is_desired(self, pod_uid: str, volume_name: str) -> bool:
         """Whether the pod wants its volume `volume_name`."""

@@ -22,12 +22,19 @@ import copy
 import dataclasses
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from events.streams import pod_stream
-from events.types import Body, DesiredSizeChanged, PodAdded, PodRemoved
+from events.types import (
+    Body,
+    DesiredSizeChanged,
+    PendingVolume,
+    PodAdded,
+    PodPending,
+    PodRemoved,
+)
 from volfsm.desired.errors import InvalidObjectError, Problems, flatten_problems, raise_all
 from volfsm.desired.kinds import (
     ClusterTrustBundle,
@@ -50,10 +57,12 @@ from volfsm.desired.resolve import (
     CanServe,
     added_fingerprint,
     claim_binding_problem,
+    claim_key,
     pv_source,
     pv_volume_id,
     resolve_pod,
     spec_fingerprint,
+    volume_key,
 )
 from volfsm.desired.validate import (
     check_pod_node,
@@ -93,10 +102,13 @@ class ApplyResult:
     name: str
     action: str
     uid: str = ""
+    waiting: str = ""
+    """A pod accepted but pending: what its volumes wait for ("" when it is not pending)."""
 
     def __str__(self) -> str:
         where = f"{self.namespace}/{self.name}" if self.namespace else self.name
-        return f"{self.kind.lower()}/{where} {self.action}"
+        line = f"{self.kind.lower()}/{where} {self.action}"
+        return f"{line}; waiting: {self.waiting}" if self.waiting else line
 
 
 @dataclass(frozen=True)
@@ -168,9 +180,19 @@ class DesiredView(Protocol):
     """What planning reads from the desired state of world."""
 
     pods: dict[str, PodAdded]
+    pending: dict[str, PodPending]
 
     def pod_by_name(self, namespace: str, name: str) -> PodAdded | None:
         """The pod namespace/name, or None."""
+
+    def desired_by_name(self, namespace: str, name: str) -> PodAdded | PodPending | None:
+        """The desired pod namespace/name (added or pending), or None."""
+
+    def pending_spec(self, uid: str) -> Pod | None:
+        """The Pod object of a pending pod, if kept."""
+
+    def pending_waiting_on(self, keys: Iterable[str]) -> list[str]:
+        """UIDs of the pending pods waiting for any of these objects."""
 
     def desired_size(self, volume_id: str) -> int | None:
         """The size pods want of a volume, or None."""
@@ -236,6 +258,10 @@ class _Batch:
         """Uids given in this apply, so a repeated object gets the same one."""
         self.bad_volumes: dict[str, set[int]] = {}
         """Uid of a pod with problems -> the indices of its volumes they are about."""
+        self.waiting: dict[str, str] = {}
+        """Uid of a pod of this apply that is pending after it -> what it waits for."""
+        self.resolved: set[str] = set()
+        """Uids of pending pods of this apply that no longer wait."""
 
     # ObjectLookup
     def claim(self, namespace: str, name: str) -> PersistentVolumeClaim | None:
@@ -254,7 +280,7 @@ class _Batch:
         kind, namespace, name = key
         existing = ""
         if kind == "Pod":
-            pod = self.view.pod_by_name(namespace, name)
+            pod = self.view.desired_by_name(namespace, name)
             existing = pod.pod_uid if pod is not None else ""
         elif kind == "PersistentVolume":
             pv = self.view.persistent_volume(name)
@@ -359,15 +385,92 @@ def plan_apply(
         actions[id(pv)] = _plan_pv(pv, view, removed, resizes)
     for pvc in batch.pvcs.values():
         actions[id(pvc)] = _action(view.claim(*pvc.key), pvc)
+    woken, woken_results = _wake_pending(batch, can_serve, actions, removed)
     settled = [_settle(a, actions.get(id(a.obj)), stored) for a in batch.objects]
     return ApplyPlan(
-        changes=removals + resizes + adds,
+        changes=removals + resizes + adds + woken,
         pvs=dict(batch.pvs),
         pvcs=dict(batch.pvcs),
-        results=[ApplyResult(a.kind, a.namespace, a.name, a.action, a.uid) for a in settled],
+        results=[_result(a, batch) for a in settled] + woken_results,
         objects=settled,
         skipped=skipped,
     )
+
+
+def _result(applied: AppliedObject, batch: _Batch) -> ApplyResult:
+    """The line of one object of the apply (a pod's says what it waits for, if it does)."""
+    action, waiting = applied.action, ""
+    if applied.kind == "Pod":
+        waiting = batch.waiting.get(applied.uid, "")
+        if applied.uid in batch.resolved:
+            action = NO_LONGER_WAITING
+    return ApplyResult(applied.kind, applied.namespace, applied.name, action, applied.uid, waiting)
+
+
+NO_LONGER_WAITING = "no longer waiting"
+"""The action of a pending pod whose volumes all resolved (a `PodAdded` follows)."""
+STILL_WAITING = "still waiting"
+"""The action of a pending pod woken by an object of the apply that waits for others now."""
+
+
+def pending_text(pending: PodPending) -> str:
+    """'scratch: PersistentVolumeClaim default/web-scratch: not found yet; ...'."""
+    return "; ".join(f"{w.name}: {w.text}" for w in pending.waiting)
+
+
+def _wake_pending(
+    batch: _Batch, can_serve: CanServe, actions: Mapping[int, str], removed: set[str]
+) -> tuple[list[DesiredChange], list[ApplyResult]]:
+    """Resolve again the pending pods this apply may change: those waiting for a PV or claim
+    it creates or changes, and those it applies again (event-woken, as the kubelet's populator
+    retries a pod whose claim was missing). Their `PodAdded`, or a `PodPending` with new
+    reasons; and a result line for each woken pod not in the apply."""
+    view = batch.view
+    if not view.pending:
+        return [], []
+    keys = [claim_key(*c.key) for c in batch.pvcs.values() if actions[id(c)] != "unchanged"]
+    keys += [volume_key(n) for n, pv in batch.pvs.items() if actions[id(pv)] != "unchanged"]
+    uids = dict.fromkeys(view.pending_waiting_on(keys))
+    uids.update(dict.fromkeys(uid for uid in batch.pods if uid in view.pending))
+    changes: list[DesiredChange] = []
+    results: list[ApplyResult] = []
+    for uid in uids:
+        before = view.pending.get(uid)
+        spec = batch.pods.get(uid) or view.pending_spec(uid)
+        if uid in removed or before is None or spec is None:
+            continue
+        after = _resolve_again(spec, batch, can_serve)
+        in_batch = uid in batch.pods
+        ns, name = before.namespace, before.name
+        if isinstance(after, PodAdded):
+            changes.append(DesiredChange(pod_stream(uid), after))
+            if in_batch:
+                batch.resolved.add(uid)
+            else:
+                results.append(ApplyResult("Pod", ns, name, NO_LONGER_WAITING, uid))
+            continue
+        text = pending_text(after)
+        if after.waiting != before.waiting:
+            changes.append(DesiredChange(pod_stream(uid), after))
+            if not in_batch:
+                results.append(ApplyResult("Pod", ns, name, STILL_WAITING, uid, text))
+        if in_batch:
+            batch.waiting[uid] = text
+    return changes, results
+
+
+def _resolve_again(pod: Pod, batch: _Batch, can_serve: CanServe) -> PodAdded | PodPending:
+    """An accepted pod resolved again: its problems now are reasons to wait (the kubelet's
+    populator records them on the pod and retries), never a refusal of the apply."""
+    try:
+        return resolve_pod(pod, batch, can_serve, strict=False)
+    except InvalidObjectError as exc:
+        reasons = tuple(
+            PendingVolume(name=p.path or "spec.volumes", waits_for="", reason=p.message)
+            for p in flatten_problems(exc)
+        )
+        meta = pod.metadata
+        return PodPending(pod_uid=meta.uid, namespace=meta.ns, name=meta.name, waiting=reasons)
 
 
 def _skipped(raw: object, where: str, skipped: list[SkippedObject]) -> bool:
@@ -625,28 +728,42 @@ def _plan_pod(
     if bad is not None:
         resolve_pod(pod, batch, can_serve, skip=bad)
         return "invalid"
-    existing = view.pods.get(meta.uid)
+    existing: PodAdded | PodPending | None = view.pods.get(meta.uid)
+    existing = existing or view.pending.get(meta.uid)
     if existing is not None:
-        if (existing.namespace, existing.name) != (meta.ns, meta.name):
-            raise InvalidObjectError(
-                "metadata.uid",
-                f"uid {meta.uid} already belongs to pod {existing.namespace}/{existing.name}",
-            )
-        if added_fingerprint(existing) != spec_fingerprint(pod):
-            raise InvalidObjectError(
-                "spec.volumes",
-                f"pods are immutable: pod {meta.ns}/{meta.name} (uid {meta.uid}) already "
-                "exists with different volumes; delete it first or apply it with a new uid",
-            )
-        return "unchanged"
-    added = resolve_pod(pod, batch, can_serve)
-    old = view.pod_by_name(meta.ns, meta.name)
-    adds.append(DesiredChange(pod_stream(meta.uid), added))
+        _check_same_pod(pod, existing, view)
+        return "unchanged"  # a pending one is resolved again by `_wake_pending`
+    outcome = resolve_pod(pod, batch, can_serve)
+    if isinstance(outcome, PodPending):
+        batch.waiting[meta.uid] = pending_text(outcome)
+    old = view.desired_by_name(meta.ns, meta.name)
+    adds.append(DesiredChange(pod_stream(meta.uid), outcome))
     if old is None:
         return "created"
     body = PodRemoved(pod_uid=old.pod_uid, namespace=old.namespace, name=old.name)
     removals.append(DesiredChange(pod_stream(old.pod_uid), body))
     return "replaced"
+
+
+def _check_same_pod(pod: Pod, existing: PodAdded | PodPending, view: DesiredView) -> None:
+    """A pod applied again under its uid: same name, same volumes (pods are immutable)."""
+    meta = pod.metadata
+    if (existing.namespace, existing.name) != (meta.ns, meta.name):
+        raise InvalidObjectError(
+            "metadata.uid",
+            f"uid {meta.uid} already belongs to pod {existing.namespace}/{existing.name}",
+        )
+    if isinstance(existing, PodAdded):
+        same = added_fingerprint(existing) == spec_fingerprint(pod)
+    else:
+        kept = view.pending_spec(meta.uid)
+        same = kept is None or spec_fingerprint(kept) == spec_fingerprint(pod)
+    if not same:
+        raise InvalidObjectError(
+            "spec.volumes",
+            f"pods are immutable: pod {meta.ns}/{meta.name} (uid {meta.uid}) already "
+            "exists with different volumes; delete it first or apply it with a new uid",
+        )
 
 
 def _plan_pv(

@@ -15,8 +15,8 @@ from typing import Protocol
 
 import msgspec
 
-from events.types import DesiredVolume, PodAdded, VolumeSource
-from volfsm.desired.errors import InvalidObjectError, Problems
+from events.types import DesiredVolume, PendingVolume, PodAdded, PodPending, VolumeSource
+from volfsm.desired.errors import InvalidObjectError, Problems, flatten_problems
 from volfsm.desired.objects import (
     Container,
     PersistentVolume,
@@ -47,6 +47,28 @@ class ObjectLookup(Protocol):
 
     def volume(self, name: str) -> PersistentVolume | None:
         """The PersistentVolume `name`, or None."""
+
+
+class WaitsError(Exception):
+    """A volume waits for an object that is not there yet: not a problem of the pod.
+
+    The kubelet's populator keeps such a pod and retries it (the claim not
+    found, not bound, its PV not found); so does volfsm (`PodPending`).
+    """
+
+    def __init__(self, waiting: PendingVolume) -> None:
+        super().__init__(waiting.text)
+        self.waiting = waiting
+
+
+def claim_key(namespace: str, name: str) -> str:
+    """How a pending pod names a claim it waits for."""
+    return f"PersistentVolumeClaim {namespace}/{name}"
+
+
+def volume_key(name: str) -> str:
+    """How a pending pod names a PersistentVolume it waits for."""
+    return f"PersistentVolume {name}"
 
 
 def csi_volume_id(driver: str, volume_handle: str) -> str:
@@ -154,17 +176,21 @@ def _resolve_claim(
     assert src is not None
     ns = pod.metadata.ns
     field = f"{path}.persistentVolumeClaim.claimName"
+    key = claim_key(ns, src.claim_name)
     pvc = lookup.claim(ns, src.claim_name)
     if pvc is None:
-        raise InvalidObjectError(field, f"PersistentVolumeClaim {ns}/{src.claim_name} not found")
+        raise WaitsError(PendingVolume(name=volume.name, waits_for=key, reason="not found yet"))
     phase = pvc.status.phase if pvc.status else ""
     if not pvc.spec.volume_name or phase not in ("", "Bound"):
         why = f"phase {phase}" if phase not in ("", "Bound") else "spec.volumeName is empty"
-        raise InvalidObjectError(field, f"{pvc.label} is not bound ({why})")
+        reason = f"not bound yet ({why})"
+        raise WaitsError(PendingVolume(name=volume.name, waits_for=key, reason=reason))
     pv = lookup.volume(pvc.spec.volume_name)
     if pv is None:
-        raise InvalidObjectError(
-            field, f"{pvc.label} is bound to PersistentVolume {pvc.spec.volume_name}, not found"
+        waits_for = volume_key(pvc.spec.volume_name)
+        reason = f"not found yet ({pvc.label} is bound to it)"
+        raise WaitsError(
+            PendingVolume(name=volume.name, waits_for=waits_for, reason=reason, needs=(key,))
         )
     problem_field, problem = claim_binding_problem(pvc, pv)
     if problem:
@@ -203,12 +229,13 @@ def _resolve_ephemeral(
     pvc = lookup.claim(ns, claim_name)
     field = f"{path}.ephemeral"
     if pvc is None:
-        raise InvalidObjectError(
-            field,
-            f"waiting for PersistentVolumeClaim {ns}/{claim_name}, which the ephemeral volume "
-            "controller makes from volumeClaimTemplate: apply it (with an ownerReference to "
-            "this pod's uid, controller: true), then the pod",
+        reason = (
+            "not found yet; the ephemeral volume controller makes it from volumeClaimTemplate "
+            f"and volfsm has none: apply it with an ownerReference to pod uid {pod.metadata.uid} "
+            "(controller: true)"
         )
+        waits_for = claim_key(ns, claim_name)
+        raise WaitsError(PendingVolume(name=volume.name, waits_for=waits_for, reason=reason))
     owners = [o.uid for o in pvc.metadata.owner_references if o.controller]
     if pod.metadata.uid not in owners:
         raise InvalidObjectError(
@@ -324,15 +351,26 @@ def _with_fs_group(pod: Pod, volume: DesiredVolume) -> DesiredVolume:
 
 
 def resolve_pod(
-    pod: Pod, lookup: ObjectLookup, can_serve: CanServe, skip: Collection[int] = ()
-) -> PodAdded:
-    """The desired-state event for a (validated) pod; raises naming every volume that can't be
-    resolved (one line lists all the volumes no plugin on this node serves).
+    pod: Pod,
+    lookup: ObjectLookup,
+    can_serve: CanServe,
+    skip: Collection[int] = (),
+    *,
+    strict: bool = True,
+) -> PodAdded | PodPending:
+    """The desired-state event for a (validated) pod: `PodAdded`, or `PodPending` naming what
+    its waiting volumes wait for (a claim not there or not bound yet, its PV not there yet).
 
-    The volumes at the indices in `skip` are left out (they have problems of
-    their own, already reported).
+    Raises naming every volume that can't be resolved (one line lists all the
+    volumes no plugin on this node serves). The volumes at the indices in
+    `skip` are left out (they have problems of their own, already reported).
+    With `strict` False (a pod already accepted, re-resolved because an
+    object it waits for was applied), a claim-backed volume's problem is one
+    more reason to wait, as the kubelet's populator keeps such a pod and
+    retries it ("pod is not owner" included).
     """
     volumes: list[DesiredVolume] = []
+    waiting: list[PendingVolume] = []
     used_by: dict[str, int] = {}
     problems = Problems()
     unsupported: list[str] = []
@@ -342,16 +380,15 @@ def resolve_pod(
         path = f"spec.volumes[{index}]"
         desired: DesiredVolume | None = None
         with problems.check():
-            if volume.persistent_volume_claim is not None:
-                desired = _resolve_claim(pod, volume, path, lookup, can_serve)
-            elif volume.ephemeral is not None:
-                desired = _resolve_ephemeral(pod, volume, path, lookup, can_serve)
-            elif volume.csi is not None or volume.empty_dir is not None:
-                desired = _resolve_inline(pod, volume, path, can_serve)
-            elif volume.host_path is not None:
-                desired = _resolve_host_path(pod, volume, path, can_serve, unsupported)
-            else:
-                desired = _resolve_other(pod, volume, can_serve, unsupported)
+            try:
+                desired = _resolve_volume(pod, volume, path, lookup, can_serve, unsupported)
+            except WaitsError as exc:
+                waiting.append(exc.waiting)
+            except InvalidObjectError as exc:
+                claim = _claim_of(pod, volume)
+                if strict or claim is None:
+                    raise
+                waiting.append(_problem_as_wait(volume.name, pod.metadata.ns, claim, exc, lookup))
         if desired is None:
             continue
         if desired.volume_id in used_by:
@@ -374,12 +411,59 @@ def resolve_pod(
         )
     problems.raise_if_any()
     meta = pod.metadata
+    if waiting:
+        return PodPending(
+            pod_uid=meta.uid, namespace=meta.ns, name=meta.name, waiting=tuple(waiting)
+        )
     return PodAdded(
         pod_uid=meta.uid,
         namespace=meta.ns,
         name=meta.name,
         volumes=tuple(volumes),
         service_account=pod.spec.account,
+    )
+
+
+def _resolve_volume(
+    pod: Pod,
+    volume: Volume,
+    path: str,
+    lookup: ObjectLookup,
+    can_serve: CanServe,
+    unsupported: list[str],
+) -> DesiredVolume | None:
+    """One volume of `pod` by its source (None: unsupported, named in `unsupported`)."""
+    if volume.persistent_volume_claim is not None:
+        return _resolve_claim(pod, volume, path, lookup, can_serve)
+    if volume.ephemeral is not None:
+        return _resolve_ephemeral(pod, volume, path, lookup, can_serve)
+    if volume.csi is not None or volume.empty_dir is not None:
+        return _resolve_inline(pod, volume, path, can_serve)
+    if volume.host_path is not None:
+        return _resolve_host_path(pod, volume, path, can_serve, unsupported)
+    return _resolve_other(pod, volume, can_serve, unsupported)
+
+
+def _claim_of(pod: Pod, volume: Volume) -> str | None:
+    """The claim behind a volume (a persistentVolumeClaim's, an ephemeral one's), or None."""
+    if volume.persistent_volume_claim is not None:
+        return volume.persistent_volume_claim.claim_name
+    if volume.ephemeral is not None:
+        return ephemeral_claim_name(pod, volume)
+    return None
+
+
+def _problem_as_wait(
+    name: str, namespace: str, claim: str, problem: InvalidObjectError, lookup: ObjectLookup
+) -> PendingVolume:
+    """A claim-backed volume's problem as what a pending pod waits for (its claim, and the
+    PV the claim names: an apply of either re-resolves the pod)."""
+    reason = "; ".join(p.message for p in flatten_problems(problem))
+    pvc = lookup.claim(namespace, claim)
+    bound = pvc.spec.volume_name if pvc is not None else ""
+    needs = (volume_key(bound),) if bound else ()
+    return PendingVolume(
+        name=name, waits_for=claim_key(namespace, claim), reason=reason, needs=needs
     )
 
 

@@ -37,6 +37,7 @@ from events.log import EventLog
 from events.types import (
     Envelope,
     PodAdded,
+    PodPending,
     PodRemoved,
     VolumeMounted,
     VolumeSource,
@@ -67,7 +68,7 @@ from volfsm.engine.waits import PodWaiters, WaitFor
 from volfsm.errors import VolfsmError
 from volfsm.node.layout import RootLayout
 from volfsm.objects import ObjectKeeper, ObjectStore, listing
-from volfsm.objects.deletion import plan_delete, pod_object_key, stored_volumes
+from volfsm.objects.deletion import plan_delete, pod_object_key, stored_pods, stored_volumes
 from volfsm.plugins.base import SpecConstructor, VolumePlugin
 
 
@@ -199,6 +200,7 @@ class VolumeEngine:
         await asyncio.to_thread(self._fold_log)
         await self.keeper.open()
         self.dsw.remember(*stored_volumes(self.objects))
+        self.dsw.remember_pods(stored_pods(self.objects))
         for uid in list(self.index.removed_pods):
             self.reconciler.queue_pod_cleanup(uid)
         restore_failures(
@@ -213,7 +215,7 @@ class VolumeEngine:
             # Nothing was ever mounted here by anyone: there is nothing a late
             # desired state could still claim, so waiting would only delay deletes.
             self.reconciler.set_desired_complete("fresh node: empty log, nothing found on it")
-        await self.keeper.settle_start(self.dsw.pods)
+        await self.keeper.settle_start({*self.dsw.pods, *self.dsw.pending})
         self._running = True
         self.reconciler.mark_all_dirty()
         loop = asyncio.get_running_loop()
@@ -314,11 +316,15 @@ class VolumeEngine:
         async with self._change_lock:
             plan = self.dsw.plan_apply(objects, self.objects)
             changes = list(plan.changes)
-            deleted: list[PodAdded] = []
+            deleted: list[PodAdded | PodPending] = []
             if complete:
                 named = plan.pod_uids
                 removed = {c.body.pod_uid for c in changes if isinstance(c.body, PodRemoved)}
-                for uid, pod in list(self.dsw.pods.items()):
+                desired: list[tuple[str, PodAdded | PodPending]] = [
+                    *self.dsw.pods.items(),
+                    *self.dsw.pending.items(),
+                ]
+                for uid, pod in desired:
                     if uid not in named and uid not in removed:
                         changes.extend(self.dsw.plan_delete_pod(uid=uid))
                         deleted.append(pod)

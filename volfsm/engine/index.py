@@ -29,6 +29,7 @@ from events.types import (
     Envelope,
     PodAdded,
     PodCleanedUp,
+    PodPending,
     PodRemoved,
     VolumeMounted,
     VolumeMountUncertain,
@@ -76,6 +77,9 @@ class EngineIndex:
         """Specs of volumes no pod wants any more (kept while a device record may exist)."""
         self.holders: dict[str, list[PodVolumeKey]] = {}
         """volume_id -> pod-volumes on it that are Mounted or Uncertain."""
+        self.held: dict[PodVolumeKey, int] = {}
+        """`holders` by pod-volume: (pod uid, volume name) -> on how many volumes it is held
+        (one key per entry, a flat table the reconciler's screen sweeps in C)."""
         self.detached_versions: dict[str, int] = {}
         """volume_id -> version of its device stream when it was detached (the ASW drops it);
         not kept for a pod's own volumes (inline, emptyDir), never attached again."""
@@ -110,6 +114,7 @@ class EngineIndex:
                 PodAdded: self._on_pod_added,
                 PodRemoved: self._on_pod_removed,
                 PodCleanedUp: self._on_pod_cleaned_up,
+                PodPending: self._on_pod_pending,
                 DeviceDetached: self._on_detached,
             }
         )
@@ -135,6 +140,9 @@ class EngineIndex:
     def _on_pod_cleaned_up(self, body: PodCleanedUp, _: int) -> tuple[str, ...]:
         self.forget_pod(body.pod_uid)
         return ()
+
+    def _on_pod_pending(self, body: PodPending, _: int) -> tuple[str, ...]:
+        return ()  # a pending pod wants no volume yet
 
     def _on_desired(self, body: Any, _: int) -> tuple[str, ...]:  # DesiredSizeChanged
         return (getattr(body, "volume_id", ""),)
@@ -169,6 +177,7 @@ class EngineIndex:
         self.removed_volumes.update(snap.removed_volumes)
         self.holders.clear()
         self.holders.update((vid, list(keys)) for vid, keys in snap.holders.items())
+        self.count_held()
         self.detached_versions.clear()
         self.detached_versions.update(snap.detached_versions)
 
@@ -178,6 +187,9 @@ class EngineIndex:
             self.holders[volume_id] = [key]
         elif key not in held:
             held.append(key)
+        else:
+            return
+        self.held[key] = self.held.get(key, 0) + 1
 
     def _release(self, volume_id: str, key: PodVolumeKey) -> None:
         held = self.holders.get(volume_id)
@@ -185,6 +197,16 @@ class EngineIndex:
             held.remove(key)
             if not held:
                 del self.holders[volume_id]
+            count = self.held.pop(key, 1) - 1
+            if count:
+                self.held[key] = count
+
+    def count_held(self) -> None:
+        """Rebuild `held` from `holders` (after they were replaced)."""
+        self.held.clear()
+        for keys in self.holders.values():
+            for key in keys:
+                self.held[key] = self.held.get(key, 0) + 1
 
     def _remove_pod(self, uid: str) -> tuple[str, ...]:
         pod = self.desired.pods.get(uid)

@@ -57,8 +57,9 @@ class PodStatus(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A pod the engine knows: desired, or still holding volumes.
 
     `phase`: "Mounted" (every volume Mounted: containers may start),
-    "Pending" (desired, not all Mounted), "Terminating" (deleted, some
-    volume still Mounted or Uncertain) or "Gone".
+    "Pending" (desired, not all Mounted; a pending pod lists only its
+    waiting volumes, each with what it waits for in `waiting`),
+    "Terminating" (deleted, some volume still Mounted or Uncertain) or "Gone".
     """
 
     uid: str
@@ -123,16 +124,21 @@ def next_retry_us(entry: DeviceState | PodVolumeState) -> int | None:
     return op.retry_at_us
 
 
+PENDING = "Pending"
+"""The phase of a desired pod not all of whose volumes are Mounted (a pending pod too)."""
+
+
 def pod_phase(desired: bool, states: list[str]) -> str:
     """The pod's phase from its volumes' states (see `PodStatus`)."""
     if desired:
-        return MOUNTED if all(s == MOUNTED for s in states) else "Pending"
+        return MOUNTED if all(s == MOUNTED for s in states) else PENDING
     if any(s in (MOUNTED, UNCERTAIN) for s in states):
         return "Terminating"
     return "Gone"
 
 
 __all__ = [
+    "PENDING",
     "OperationStatus",
     "PodStatus",
     "PodVolumeStatus",

@@ -11,11 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from events.tables import DETACHED, MOUNTED, UNMOUNTED
+from events.types import PodPending
 from projections.asw import Asw, PodVolumeState
 from volfsm.desired.dsw import DesiredStateOfWorld
 from volfsm.engine.index import EngineIndex
 from volfsm.engine.rwop import RwopGuard
 from volfsm.engine.status import (
+    PENDING,
     PodStatus,
     PodVolumeStatus,
     VolumeStatus,
@@ -24,6 +26,35 @@ from volfsm.engine.status import (
     pod_phase,
 )
 from volfsm.engine.volstats import VolumeStats, VolumeStatsGatherer
+
+
+def pending_status(pod: PodPending) -> PodStatus:
+    """A pending pod: desired, phase Pending, each waiting volume Unmounted with what it waits
+    for (the kubelet's pod stays in ContainerCreating with the populator's error)."""
+    volumes = tuple(
+        PodVolumeStatus(
+            name=w.name,
+            volume_id="",
+            state=UNMOUNTED,
+            desired=True,
+            waiting=w.text,
+            claim=w.waits_for.removeprefix(CLAIM_PREFIX).partition("/")[2]
+            if w.waits_for.startswith(CLAIM_PREFIX)
+            else "",
+        )
+        for w in pod.waiting
+    )
+    return PodStatus(
+        uid=pod.pod_uid,
+        namespace=pod.namespace,
+        name=pod.name,
+        desired=True,
+        phase=PENDING,
+        volumes=volumes,
+    )
+
+
+CLAIM_PREFIX = "PersistentVolumeClaim "
 
 
 class StatusView:
@@ -46,6 +77,9 @@ class StatusView:
 
     def pod(self, uid: str) -> PodStatus | None:
         """One pod's status, or None if the engine does not know it."""
+        pending = self.dsw.pending.get(uid)
+        if pending is not None:
+            return pending_status(pending)
         desired = self.dsw.pods.get(uid)
         spec = self.index.pod_spec(uid)
         if spec is None:
@@ -99,6 +133,7 @@ class StatusView:
     def pods(self) -> list[PodStatus]:
         """Every desired pod, and every deleted pod not yet cleaned up."""
         uids = dict.fromkeys(self.dsw.pods)
+        uids.update(dict.fromkeys(self.dsw.pending))
         uids.update(dict.fromkeys(self.index.removed_pods))
         return [status for uid in uids if (status := self.pod(uid)) is not None]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from events.tables import MOUNTED, UNMOUNTED
-from events.types import PodAdded
+from events.types import PodAdded, PodPending
 from projections.asw import Asw
 from volfsm.engine.status import PodStatus
 from volfsm.errors import VolfsmError
@@ -59,6 +59,7 @@ class DesiredPods(Protocol):
     """The pods the desired state holds."""
 
     pods: dict[str, PodAdded]
+    pending: dict[str, PodPending]
 
 
 class PodHolds(Protocol):
@@ -97,7 +98,8 @@ class PodWaiters:
                 if pv is None or pv.state != MOUNTED:
                     return False
             return True
-        return uid not in self.dsw.pods and not self.holds.pod_holds_any(uid)
+        dsw = self.dsw
+        return uid not in dsw.pods and uid not in dsw.pending and not self.holds.pod_holds_any(uid)
 
     def check(self, uid: str) -> None:
         """Wake the pod's waiters whose answer is now yes."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from volfsm.desired.errors import InvalidObjectError
-from volfsm.desired.objects import KINDS, PersistentVolume, PersistentVolumeClaim
+from volfsm.desired.objects import KINDS, PersistentVolume, PersistentVolumeClaim, Pod
 from volfsm.desired.plan import ObjectKey
 from volfsm.objects.store import ObjectStore
 
@@ -75,6 +75,11 @@ def pod_object_key(store: ObjectStore, uid: str, namespace: str, name: str) -> O
     """The store key of the pod `uid` (None if the store holds no object of that pod)."""
     found = store.get("Pod", namespace, name)
     return found.key if found is not None and found.uid == uid else None
+
+
+def stored_pods(store: ObjectStore) -> list[Pod]:
+    """The stored Pod objects (a pending pod is resolved again from its own)."""
+    return [o.obj for o in store.objects("Pod") if isinstance(o.obj, Pod)]
 
 
 def stored_volumes(

@@ -8,8 +8,9 @@ refused):
   with `"complete": true` the objects are the node's whole desired state:
   pods not among them are deleted (in the same commit) and the desired
   state is declared complete, so unmounts may start (`apply --complete`).
-  The reply lists each object (with its uid) and, under `skipped`, the
-  objects of kinds a node does not run (not applied)
+  The reply lists each object (with its uid; a pod accepted but pending,
+  `waiting` on a claim or PV not there yet, with what it waits for) and,
+  under `skipped`, the objects of kinds a node does not run (not applied)
 * `delete` `{"uid": "..."}` or `{"namespace": "...", "name": "..."}` (a pod),
   or `{"kind": "ConfigMap", "namespace": "...", "name": "..."}` (a stored object)
 * `get`    `{"what": "pods"|"volumes"}`, optionally filtered by `uid` or
@@ -278,6 +279,7 @@ class CommandProcessor:
         results = [
             {"kind": r.kind, "namespace": r.namespace, "name": r.name, "action": r.action}
             | ({"uid": r.uid} if r.uid else {})
+            | ({"waiting": r.waiting} if r.waiting else {})
             for r in result.objects
         ]
         last_seq = result.events[-1].seq if result.events else None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from volfsm.csi.v1 import csi_pb2
-from volfsm.csidriver.errors import invalid_argument, out_of_range
+from volfsm.csidriver.errors import invalid_argument, not_found, out_of_range
 from volfsm.csidriver.fs import SUPPORTED_FS
 
 Mode = csi_pb2.VolumeCapability.AccessMode
@@ -63,6 +63,20 @@ def require_path(value: str, name: str) -> str:
     require(value, name)
     if not os.path.isabs(value) or "\0" in value:
         raise invalid_argument(f"{name} must be an absolute path, got {value!r}")
+    return os.path.normpath(value)
+
+
+def volume_path(volume_id: str, value: str) -> str:
+    """Where a call says a volume is staged or published (NodeGetVolumeStats and
+    NodeExpandVolume), normalised. Call it once the path is known to be set
+    (`require`) and the volume to exist.
+
+    A path that is not absolute cannot be where a volume is: NOT_FOUND, the spec's
+    "volume does not exist on the specified path" (what csi-sanity expects for its
+    relative "some/path").
+    """
+    if not os.path.isabs(value) or "\0" in value:
+        raise not_found(f"volume {volume_id} is not staged or published at {value!r}")
     return os.path.normpath(value)
 
 

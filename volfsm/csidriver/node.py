@@ -12,7 +12,9 @@ from volfsm.csidriver.capability import (
     Capability,
     optional_field,
     parse_capability,
+    require,
     require_path,
+    volume_path,
 )
 from volfsm.csidriver.config import Settings
 from volfsm.csidriver.errors import CsiError, invalid_argument, not_found
@@ -114,7 +116,9 @@ class NodeService:
         """Bytes and inodes of the filesystem at volume_path, and the volume's condition."""
 
         def work() -> Any:
-            path = require_path(request.volume_path, "volume_path")
+            require(request.volume_path, "volume_path")
+            self._volumes.get(request.volume_id)  # NOT_FOUND before the path is looked at
+            path = volume_path(request.volume_id, request.volume_path)
             condition = volume_condition(self._volumes, request.volume_id, path)
             try:
                 usage = volume_stats(self._volumes, request.volume_id, path)
@@ -130,8 +134,9 @@ class NodeService:
         """Grow file, loop device and filesystem of a staged or published volume."""
 
         def work() -> Any:
-            record = self._volumes.get(request.volume_id)  # NOT_FOUND before the path's checks
-            path = require_path(request.volume_path, "volume_path")
+            require(request.volume_path, "volume_path")
+            record = self._volumes.get(request.volume_id)  # NOT_FOUND before the path is looked at
+            path = volume_path(request.volume_id, request.volume_path)
             if record.staged is not None and record.staged.path == path:
                 access = record.staged.access
             elif path in record.published:

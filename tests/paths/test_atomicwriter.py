@@ -21,6 +21,7 @@ from volfsm.node.atomicwriter import (
     TS_DIR_RE,
     AtomicWriteError,
     AtomicWriter,
+    DirReaper,
     FileProjection,
     read_payload,
 )
@@ -162,8 +163,10 @@ def test_a_regular_file_in_the_way_is_not_replaced(vol: Path) -> None:
     assert (vol / "k").read_bytes() == b"not ours"
 
 
-def test_readers_never_see_a_partial_or_mixed_payload(vol: Path) -> None:
-    writer = AtomicWriter(vol)
+@pytest.mark.parametrize("reaped", [False, True], ids=["inline", "reaper"])
+def test_readers_never_see_a_partial_or_mixed_payload(vol: Path, reaped: bool) -> None:
+    reaper = DirReaper() if reaped else None
+    writer = AtomicWriter(vol, retire=reaper.retire if reaper is not None else None)
     writer.write(payload(1))
     stop = threading.Event()
     seen: dict[str, int] = {"file": 0, "set": 0, "enoent": 0}
@@ -194,7 +197,49 @@ def test_readers_never_see_a_partial_or_mixed_payload(vol: Path) -> None:
         thread.join()
     assert bad == []
     assert seen["file"] > 0 and seen["set"] > 0
+    assert reaper is None or reaper.wait_idle(30)
     assert len(_ts_dirs(vol)) == 1
+
+
+def test_a_reaper_removes_replaced_and_stale_dirs_later_never_the_current_one(vol: Path) -> None:
+    """With a reaper the write only hands old dirs over; the reaper removes them afterwards."""
+    reaper = DirReaper()
+    writer = AtomicWriter(vol, retire=reaper.retire)
+    first = writer.write({"k": FileProjection(b"1")})
+    stale = vol / "..2026_01_01_00_00_00.crashleft"  # a crash's leftover, of the writer's pattern
+    stale.mkdir()
+    (stale / "k").write_bytes(b"0")
+    other = vol / "..not_the_writers"
+    other.mkdir()
+    second = writer.write({"k": FileProjection(b"2")})
+    assert second.swept == [stale.name] and second.kept == []
+    reaper.retire(vol / second.data_dir)  # never the dir ..data points at
+    assert reaper.wait_idle(30)
+    assert _ts_dirs(vol) == [second.data_dir] != [first.data_dir]
+    assert other.is_dir() and read_payload(vol) == {"k": b"2"}
+    assert reaper.removed == 2
+
+
+def test_a_reaper_keeps_a_replaced_dir_with_a_mount_inside(vol: Path, tmp_path: Path) -> None:
+    reaper = DirReaper()
+    writer = AtomicWriter(vol, retire=reaper.retire)
+    first = writer.write({"keep": FileProjection(b"1")})
+    data = tmp_path / "their-data"
+    data.mkdir()
+    (data / "precious").write_bytes(b"theirs")
+    inside = vol / first.data_dir / "bound"
+    inside.mkdir()
+    subprocess.run(["mount", "--bind", str(data), str(inside)], check=True)
+    try:
+        writer.write({"keep": FileProjection(b"2")})
+        assert reaper.wait_idle(30)
+        assert (inside / "precious").read_bytes() == b"theirs"
+    finally:
+        subprocess.run(["umount", str(inside)], check=True)
+    assert (data / "precious").read_bytes() == b"theirs"
+    writer.write({"keep": FileProjection(b"3")})  # its sweep hands the dir over again
+    assert reaper.wait_idle(30)
+    assert not (vol / first.data_dir).exists() and read_payload(vol) == {"keep": b"3"}
 
 
 def _run_child(vol: Path, version: str, step: str) -> subprocess.Popen[bytes]:

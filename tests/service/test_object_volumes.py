@@ -385,7 +385,7 @@ def test_configmap_change_reaches_the_pod_atomically(svc: ServeProcess, uid: str
         thread.join()
     assert bad == [] and reads[0] > 0
     assert read_payload(root) == new
-    assert len(ts_dirs(root)) == 1
+    until("the old payload dir removed (by the reaper)", lambda: len(ts_dirs(root)) == 1, 10)
 
     def mounts() -> list[VolumeMounted]:
         bodies = events(svc)

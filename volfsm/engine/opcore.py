@@ -263,7 +263,7 @@ class OperationCore:
             # A teardown may meet a symlink planted at the pod's target: the plugin removes
             # the link without following it, so refusing here would leave the pod stuck.
             mount_path=mount_path
-            if plugin.pod_path_outside_root
+            if plugin.pod_path_outside_root or (plugin.walks_pod_path and not teardown)
             else self._checked(
                 mount_path, "pod mount path", link=teardown or dv.volume_mode == BLOCK
             ),

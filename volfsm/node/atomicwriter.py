@@ -31,6 +31,14 @@ step must leave the old or the new content and nothing that grows):
   new dir was made and before the old one was removed - are removed by the
   next write (`sweep`). Only names of the writer's own pattern inside the
   volume dir are touched.
+
+A writer given a `DirReaper` (`retire`) hands the old dir, and the stale
+ones its sweep finds, to the reaper's thread instead of removing them
+itself: the swap is what readers wait for, and removing a directory can
+cost milliseconds (ext4 with online ``discard`` frees its block at once).
+The reaper removes them in the background, reading ``/proc/self/mountinfo``
+once per batch; what it has not removed when the process dies is a stale
+dir the next write sweeps, as after a crash.
 """
 
 from __future__ import annotations
@@ -39,12 +47,16 @@ import os
 import re
 import secrets
 import shutil
+import stat
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from volfsm.node.mounts import mounts_under
+from loguru import logger
+
+from volfsm.node.mounts import MountInfo, mounts_under, read_mountinfo
 
 DATA_DIR = "..data"
 DATA_DIR_TMP = "..data_tmp"
@@ -58,6 +70,21 @@ TS_DIR_RE = re.compile(r"^\.\.\d{4}_\d{2}_\d{2}_\d{2}_\d{2}_\d{2}\.[0-9A-Za-z_]+
 
 Step = Callable[[str], None]
 """Told each step's name as it is reached ("files_written", "swapped", ...); tests kill there."""
+
+Retire = Callable[[Path], None]
+"""Takes a timestamped dir ``..data`` no longer points at, to remove it later (`DirReaper`)."""
+
+MOUNTINFO_MAX_AGE_S = 0.02
+"""The reaper reads mountinfo again when its copy is older than this."""
+
+REAP_QUIET_S = 0.05
+"""The reaper starts a batch once no dir was retired for this long (a burst of rewrites
+is not slowed by removals competing for the disk and the CPU) ..."""
+
+REAP_MAX_DELAY_S = 1.0
+"""... or once the oldest queued dir has waited this long (a node that never goes quiet)."""
+
+log = logger.bind(logger_name="volfsm.node.atomicwriter")
 
 
 class AtomicWriteError(Exception):
@@ -83,9 +110,10 @@ class WriteResult:
     """The timestamped dir ``..data`` now points at."""
     removed_paths: list[str] = field(default_factory=list)
     swept: list[str] = field(default_factory=list)
-    """Stale timestamped dirs (left by a crash) removed on the way."""
+    """Stale timestamped dirs (left by a crash) removed on the way (or handed to the reaper)."""
     kept: list[str] = field(default_factory=list)
-    """The old timestamped dir, when something is mounted in it: kept, not removed."""
+    """The old timestamped dir, when something is mounted in it: kept, not removed.
+    Always empty with a reaper: the reaper checks for mounts and logs what it keeps."""
 
 
 def check_path(path: str) -> str:
@@ -170,6 +198,12 @@ def _remove_own_dir(path: Path) -> bool:
     return True
 
 
+def ensure_mode(path: Path, mode: int) -> None:
+    """chmod `path` to `mode` unless it has it (a chmod is a journaled write even if idle)."""
+    if stat.S_IMODE(os.lstat(path).st_mode) != mode:
+        os.chmod(path, mode)
+
+
 def _timestamp_prefix() -> str:
     return ".." + time.strftime("%Y_%m_%d_%H_%M_%S", time.gmtime()) + "."
 
@@ -181,10 +215,17 @@ class AtomicWriter:
     kubelet's messages; no error carries a file's content.
     """
 
-    def __init__(self, target_dir: Path, context: str = "", on_step: Step | None = None) -> None:
+    def __init__(
+        self,
+        target_dir: Path,
+        context: str = "",
+        on_step: Step | None = None,
+        retire: Retire | None = None,
+    ) -> None:
         self.target_dir = target_dir
         self.context = context
         self._on_step = on_step
+        self._retire = retire
 
     def _step(self, name: str) -> None:
         if self._on_step is not None:
@@ -229,12 +270,19 @@ class AtomicWriter:
         self._make_visible(files)
         removed = self._remove_visible(to_remove)
         kept: list[str] = []
-        if old_dir is not None and old_name != new_name and not _remove_own_dir(old_dir):
+        if old_dir is not None and old_name != new_name and not self._remove_old(old_dir):
             kept.append(old_dir.name)
         self._step("done")
         return WriteResult(
             written=True, data_dir=new_name, removed_paths=removed, swept=swept, kept=kept
         )
+
+    def _remove_old(self, path: Path) -> bool:
+        """Remove (or hand to the reaper) a timestamped dir; False if kept for a mount in it."""
+        if self._retire is not None:
+            self._retire(path)
+            return True
+        return _remove_own_dir(path)
 
     def _paths_to_remove(
         self, old_dir: Path | None, files: Mapping[str, FileProjection]
@@ -255,7 +303,7 @@ class AtomicWriter:
         new_dir = self.target_dir / f"{_timestamp_prefix()}{suffix}"
         try:
             new_dir.mkdir(mode=TS_DIR_MODE)
-            os.chmod(new_dir, TS_DIR_MODE)
+            ensure_mode(new_dir, TS_DIR_MODE)
             for path, projection in files.items():
                 self._write_file(new_dir, path, projection)
         except OSError as exc:
@@ -273,7 +321,8 @@ class AtomicWriter:
             view = memoryview(projection.data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fchmod(fd, projection.mode)
+            if stat.S_IMODE(os.fstat(fd).st_mode) != projection.mode:  # the umask took bits
+                os.fchmod(fd, projection.mode)
             if projection.fs_user is not None:
                 os.fchown(fd, projection.fs_user, -1)
         finally:
@@ -282,8 +331,11 @@ class AtomicWriter:
     def _swap(self, new_name: str) -> None:
         tmp = self.target_dir / DATA_DIR_TMP
         try:
-            tmp.unlink(missing_ok=True)
-            os.symlink(new_name, tmp)
+            try:
+                os.symlink(new_name, tmp)
+            except FileExistsError:  # a leftover the sweep did not remove
+                tmp.unlink()
+                os.symlink(new_name, tmp)
             self._step("tmp_linked")
             os.rename(tmp, self.target_dir / DATA_DIR)
         except OSError as exc:
@@ -324,10 +376,126 @@ class AtomicWriter:
             if name == keep or not TS_DIR_RE.match(name):
                 continue
             path = self.target_dir / name
-            if path.is_dir() and not path.is_symlink() and _remove_own_dir(path):
+            if path.is_dir() and not path.is_symlink() and self._remove_old(path):
                 swept.append(name)
-        (self.target_dir / DATA_DIR_TMP).unlink(missing_ok=True)
+        if DATA_DIR_TMP in names:
+            (self.target_dir / DATA_DIR_TMP).unlink(missing_ok=True)
         return sorted(swept)
+
+
+class DirReaper:
+    """Removes the timestamped dirs writers retire, in a thread of its own.
+
+    `retire` queues a dir once (by its canonical path, as `RootLayout` gives
+    them); a thread starts when there is work and ends when there is none. A
+    dir is removed only if its name is of the writer's pattern, it is a
+    directory, no symlink is on its path, ``..data`` beside it does not point
+    at it, and nothing is mounted at or under it: mountinfo is read after a
+    batch is taken from the queue and again when that copy is older than
+    `MOUNTINFO_MAX_AGE_S`. A dir with a mount inside is kept and logged once.
+    A batch starts when retirements pause (`REAP_QUIET_S`, at most
+    `REAP_MAX_DELAY_S` after the first waiting one). `settle` drops a
+    volume's queued dirs and waits for the one being removed, before a
+    teardown removes the volume itself.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._queue: dict[Path, None] = {}
+        self._busy: Path | None = None
+        self._thread: threading.Thread | None = None
+        self._kept: set[Path] = set()
+        self._last_retired = 0.0
+        self._first_waiting = 0.0
+        self.removed = 0
+        """Dirs removed so far."""
+
+    def retire(self, path: Path) -> None:
+        """Queue `path` (a timestamped dir ``..data`` left) for removal; returns at once."""
+        with self._cond:
+            if path in self._queue or path == self._busy:
+                return
+            self._last_retired = time.monotonic()
+            if not self._queue:
+                self._first_waiting = self._last_retired
+            self._queue[path] = None
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="volfsm-dir-reaper", daemon=True
+                )
+                self._thread.start()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until every retired dir was handled; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._queue and self._busy is None, timeout)
+
+    def settle(self, target_dir: Path, timeout: float | None = None) -> bool:
+        """Drop `target_dir`'s queued dirs and wait until none of its dirs is being removed."""
+        with self._cond:
+            for path in [p for p in self._queue if p.parent == target_dir]:
+                del self._queue[path]
+            return self._cond.wait_for(
+                lambda: self._busy is None or self._busy.parent != target_dir, timeout
+            )
+
+    def _next_batch(self) -> list[Path]:
+        """The queued dirs once retirements paused; [] (and the thread ends) when none is left."""
+        with self._cond:
+            while self._queue:
+                now = time.monotonic()
+                wait = min(
+                    self._last_retired + REAP_QUIET_S - now,
+                    self._first_waiting + REAP_MAX_DELAY_S - now,
+                )
+                if wait <= 0:
+                    return list(self._queue)
+                self._cond.wait(wait)
+            self._thread = None
+            self._cond.notify_all()
+            return []
+
+    def _run(self) -> None:
+        while batch := self._next_batch():
+            infos, read_at = read_mountinfo(), time.monotonic()
+            for path in batch:
+                with self._cond:
+                    if path not in self._queue:
+                        continue  # dropped by `settle`
+                    del self._queue[path]
+                    self._busy = path
+                try:
+                    if time.monotonic() - read_at > MOUNTINFO_MAX_AGE_S:
+                        infos, read_at = read_mountinfo(), time.monotonic()
+                    self._reap(path, infos)
+                except Exception:  # never let one dir stop the others
+                    log.exception("could not remove the old payload dir {}", path)
+                finally:
+                    with self._cond:
+                        self._busy = None
+                        self._cond.notify_all()
+
+    def _reap(self, path: Path, infos: list[MountInfo]) -> None:
+        if not TS_DIR_RE.match(path.name):
+            return
+        try:
+            current: str | None = os.readlink(path.parent / DATA_DIR)
+        except FileNotFoundError:
+            current = None  # before a first swap: what the writer's own sweep removes too
+        if current == path.name or not path.is_dir() or path.is_symlink():
+            return
+        if os.path.realpath(path) != os.fspath(path):
+            self._keep(path, "a symlink is on its path")
+        elif mounts_under(path, infos):
+            self._keep(path, "a mount is inside it")
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+            self.removed += 1
+
+    def _keep(self, path: Path, why: str) -> None:
+        if path not in self._kept:  # a later write's sweep hands it over again
+            self._kept.add(path)
+            log.warning("kept the old payload dir {}: {}", path, why)
 
 
 def read_payload(target_dir: Path, attempts: int = 100) -> dict[str, bytes]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -59,6 +60,7 @@ NAME_MAX = 255
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PIN_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 class UnsafePathError(VolfsmError):
@@ -84,6 +86,9 @@ class PathInUseError(VolfsmError):
 # ----------------------------------------------------------------- components
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def component_problem(value: str) -> str | None:
     """Why `value` cannot be a single path component, or None if it can."""
     if value == "":
@@ -94,7 +99,7 @@ def component_problem(value: str) -> str | None:
         return "must not contain '/'"
     if "\0" in value:
         return "must not contain NUL"
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+    if _CONTROL.search(value):
         return "must not contain control characters"
     try:
         encoded = os.fsencode(value)
@@ -339,26 +344,48 @@ class RootLayout:
 
     @contextmanager
     def _walk(self, parts: tuple[str, ...], *, create: bool, mode: int = DIR_MODE) -> Iterator[int]:
-        """An fd of root/parts..., walked without following symlinks (created if `create`)."""
-        if create:
-            os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
-        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        """An fd of root/parts..., walked without following symlinks (created if `create`).
+
+        Each directory is opened first and made only if missing (most walks
+        meet directories that exist: no failing mkdir per component).
+        """
         try:
-            for index, name in enumerate(parts):
-                if create:
-                    with suppress(FileExistsError):
-                        os.mkdir(name, mode, dir_fd=fd)
-                try:
-                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                except OSError as exc:
-                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise self._symlink_error(fd, parts, index) from None
-                    raise
+            fd = os.open(self.root, _ROOT_FLAGS)
+        except FileNotFoundError:
+            if not create:
+                raise
+            os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
+            fd = os.open(self.root, _ROOT_FLAGS)
+        try:
+            for index in range(len(parts)):
+                child = self._open_child(fd, parts, index, create, mode)
                 os.close(fd)
                 fd = child
             yield fd
         finally:
             os.close(fd)
+
+    def _open_child(
+        self, fd: int, parts: tuple[str, ...], index: int, create: bool, mode: int
+    ) -> int:
+        """parts[index] below the directory open at `fd` (made first if missing and `create`)."""
+        try:
+            return self._open_dir_at(fd, parts, index)
+        except FileNotFoundError:
+            if not create:
+                raise
+        with suppress(FileExistsError):
+            os.mkdir(parts[index], mode, dir_fd=fd)
+        return self._open_dir_at(fd, parts, index)
+
+    def _open_dir_at(self, fd: int, parts: tuple[str, ...], index: int) -> int:
+        """parts[index] below the directory open at `fd`, opened without following a symlink."""
+        try:
+            return os.open(parts[index], _DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise self._symlink_error(fd, parts, index) from None
+            raise
 
     @contextmanager
     def open_dir(self, path: Path | str, *, create: bool = False) -> Iterator[int]:

@@ -15,7 +15,8 @@
   when the volume is mounted read-only), plus ``0110`` and setgid on
   directories;
 * a failed chown / chmod is counted and reported, not fatal (the kubelet
-  logs it); a directory that cannot be read fails the pass.
+  logs it); an entry removed during the walk is skipped; a directory that
+  cannot be read fails the pass.
 
 Where volfsm departs: a chown or chmod that would change nothing is not
 made (same result, fewer system calls), and the walk does not cross into
@@ -188,6 +189,8 @@ def _walk_dir(
             try:
                 os.chown(name, -1, fs_group, dir_fd=fd, follow_symlinks=False)
                 result.chowned += 1
+            except FileNotFoundError:
+                continue  # removed during the walk (an old payload dir being reaped)
             except OSError as exc:
                 _failed(result, f"chown {shown}/{name}: {exc.strerror}")
         if stat.S_ISLNK(mode):
@@ -196,6 +199,8 @@ def _walk_dir(
             try:
                 os.chmod(name, stat.S_IMODE(mode) | rw, dir_fd=fd)
                 result.chmodded += 1
+            except FileNotFoundError:
+                continue
             except OSError as exc:
                 _failed(result, f"chmod {shown}/{name}: {exc.strerror}")
 

@@ -222,6 +222,11 @@ class SpecConstructor:
     #: kubelet's GetPath), used as it is: the plugin neither mounts nor removes anything
     #: there, so the engine does not confine it to the root dir.
     pod_path_outside_root: bool = False
+    #: The plugin's SetUp walks its pod path itself, following no symlink, before it changes
+    #: anything, and fails TRANSIENT on one (the object volumes: `RootLayout.ensure_dir`), so
+    #: the engine skips its `confined` pre-check on mounts: a system call per path element
+    #: on the event loop, each one a wait for the GIL while SetUp threads run.
+    walks_pod_path: bool = False
 
     def pod_dir_name(self) -> str:
         """The escaped plugin name of its dirs under pods/<uid>/volumes|volumeDevices/."""

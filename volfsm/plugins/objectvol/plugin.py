@@ -25,11 +25,13 @@ back on the next SetUp, from the store.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import errno
-import os
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cache, lru_cache
 from pathlib import Path
 
 import msgspec
@@ -39,7 +41,13 @@ from volfsm.desired.objects import Pod
 from volfsm.desired.resolve import pod_memory_limit
 from volfsm.desired.volumes import Volume
 from volfsm.node import mounts
-from volfsm.node.atomicwriter import AtomicWriteError, AtomicWriter, check_payload
+from volfsm.node.atomicwriter import (
+    AtomicWriteError,
+    AtomicWriter,
+    DirReaper,
+    check_payload,
+    ensure_mode,
+)
 from volfsm.node.dirsonly import first_kept, remove_dirs
 from volfsm.node.layout import PathInUseError, RootLayout, UnsafePathError
 from volfsm.node.ownership import OwnershipResult, set_volume_ownership
@@ -67,6 +75,9 @@ PROJECTED_PLUGIN = "kubernetes.io/projected"
 OBJECT_PLUGINS = (CONFIG_MAP_PLUGIN, SECRET_PLUGIN, DOWNWARD_API_PLUGIN, PROJECTED_PLUGIN)
 VOLUME_DIR_MODE = 0o777
 MAX_STACKED = 16
+SETUP_THREADS = 4
+PATH_CACHE_SIZE = 8192
+"""Threads for the plugins' SetUps (file work and token or certificate commands)."""
 KEPT_OWNER = " the log did not create"
 
 RemountAt = Callable[[str, str, float], None]
@@ -82,6 +93,21 @@ class ObjectVolumes:
     certs: CertManager | None = None
     allocatable: Mapping[str, Fraction] = field(default_factory=dict)
     remount_at: RemountAt | None = None
+    reaper: DirReaper = field(default_factory=DirReaper)
+    """Removes the payload dirs a rewrite replaced, off the rewrite's path."""
+
+
+@cache
+def setup_workers() -> ThreadPoolExecutor:
+    """The process's threads for object-volume SetUps (made on first use)."""
+    return ThreadPoolExecutor(SETUP_THREADS, thread_name_prefix="volfsm-objects")
+
+
+@lru_cache(maxsize=PATH_CACHE_SIZE)
+def _pod_volume_dir(layout: RootLayout, uid: str, escaped_plugin: str, name: str) -> Path:
+    """`RootLayout.pod_volume_dir`, remembered: each remount asks again (in the engine and
+    in SetUp), and checking every component of the path each time is not free."""
+    return layout.pod_volume_dir(uid, escaped_plugin, name)
 
 
 def object_volume_id(plugin: str, pod_uid: str, name: str) -> str:
@@ -89,8 +115,11 @@ def object_volume_id(plugin: str, pod_uid: str, name: str) -> str:
     return f"{plugin}/{pod_uid}-{name}"
 
 
-def find_pod(store: ObjectStore, uid: str) -> Pod | None:
-    """The stored Pod with this uid, or None."""
+def find_pod(store: ObjectStore, uid: str, namespace: str = "", name: str = "") -> Pod | None:
+    """The stored Pod with this uid, or None; looked up by `namespace`/`name` when given."""
+    named = store.get("Pod", namespace, name) if name else None
+    if named is not None and named.uid == uid and isinstance(named.obj, Pod):
+        return named.obj
     for stored in store.objects("Pod"):
         if stored.uid == uid and isinstance(stored.obj, Pod):
             return stored.obj
@@ -106,6 +135,7 @@ class ObjectVolumePlugin(VolumePlugin):
     """One of the four object plugins; `memory` says whether its dir is a tmpfs."""
 
     memory = True
+    walks_pod_path = True  # `_wrap`: `RootLayout.ensure_dir` before anything is written
 
     def __init__(self, layout: RootLayout, shared: ObjectVolumes) -> None:
         self.layout = layout
@@ -157,25 +187,32 @@ class ObjectVolumePlugin(VolumePlugin):
         layout = self._layouts.get(root)
         if layout is None:
             layout = self._layouts[root] = RootLayout(root)
-        return layout.pod_volume_dir(req.pod_uid, self.pod_dir_name(), req.volume_name)
+        return _pod_volume_dir(layout, req.pod_uid, self.pod_dir_name(), req.volume_name)
 
     def _volume_dir(self, req: VolumeRequest) -> Path:
         try:
-            return self.layout.pod_volume_dir(req.pod_uid, self.pod_dir_name(), req.volume_name)
+            return _pod_volume_dir(self.layout, req.pod_uid, self.pod_dir_name(), req.volume_name)
         except UnsafePathError as exc:
             raise PluginError("UnsafePath", str(exc), ErrorClass.TRANSIENT) from None
 
     # ----------------------------------------------------------------- set up
 
     async def set_up(self, req: VolumeRequest) -> MountResult:
-        """Fill the volume from the store (again, for a remount). Idempotent."""
-        return await asyncio.to_thread(self._set_up, req)
+        """Fill the volume from the store (again, for a remount). Idempotent.
+
+        Runs on the plugins' own few threads (`SETUP_THREADS`): a burst of
+        remounts (a ConfigMap 100 pods use) does not crowd the event loop
+        and each other out of the GIL.
+        """
+        call = contextvars.copy_context().run
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(setup_workers(), call, self._set_up, req)
 
     def _context(self, req: VolumeRequest) -> tuple[Context, Volume]:
         store = self.shared.store
         if store is None:
             raise PluginError("NotReady", "the object store is not open yet", ErrorClass.TRANSIENT)
-        pod = find_pod(store, req.pod_uid)
+        pod = find_pod(store, req.pod_uid, req.pod_namespace, req.pod_name)
         if pod is None:
             raise PluginError(
                 "PodNotFound", f"pod {req.pod_uid} is not in the object store", ErrorClass.TRANSIENT
@@ -212,7 +249,8 @@ class ObjectVolumePlugin(VolumePlugin):
 
         perms = set_perms if req.fs_group is not None else None
         try:
-            result = AtomicWriter(volume_dir, context=where).write(payload.files, perms)
+            writer = AtomicWriter(volume_dir, context=where, retire=self.shared.reaper.retire)
+            result = writer.write(payload.files, perms)
         except (AtomicWriteError, OSError) as exc:
             raise PluginError("WriteFailed", str(exc), ErrorClass.UNCERTAIN) from None
         if payload.refresh_at is not None and self.shared.remount_at is not None:
@@ -244,7 +282,7 @@ class ObjectVolumePlugin(VolumePlugin):
         (an existing tmpfs is kept as it is, as the kubelet's wrapper does)."""
         try:
             self.layout.ensure_dir(volume_dir)
-            os.chmod(volume_dir, VOLUME_DIR_MODE)
+            ensure_mode(volume_dir, VOLUME_DIR_MODE)
         except UnsafePathError as exc:
             raise PluginError("UnsafePath", str(exc), ErrorClass.TRANSIENT) from None
         except OSError as exc:
@@ -278,6 +316,7 @@ class ObjectVolumePlugin(VolumePlugin):
 
     def _tear_down(self, req: VolumeRequest) -> str | None:
         volume_dir = self._volume_dir(req)
+        self.shared.reaper.settle(volume_dir)  # the teardown removes what it had queued
         if self.shared.tokens is not None:
             self.shared.tokens.forget_pod(req.pod_uid)
         if self.shared.certs is not None:

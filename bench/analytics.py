@@ -34,9 +34,11 @@ and the previous (SQLite, schema 1) store in the same run:
 * report_ms_50m_warm: the full report of a `--big-events` store made by
   tiling the new store's files (shifted by whole days, seqs continued),
   written through the store's own compaction, without JetStream (target
-  <= 1,000 at 50,000,000).
-* store_bytes_per_event: the new store's size (catalog and the Parquet files
-  it lists) / events, after the aggregator's last compaction (target <= 60),
+  <= 1,000 at 50,000,000), as of a minute after its last event.
+  `--big-store DIR` keeps that store in DIR (and reuses it when DIR holds
+  one); `--big-only --big-store DIR` measures only its report.
+* store_bytes_per_event: the new store's size (catalog, the Parquet files
+  it lists and their sidecars) / events, after the aggregator's last compaction (target <= 60),
   beside the SQLite file's.
 Every store is checked exact (events, no gap) and both reports equal.
 """
@@ -79,6 +81,7 @@ from volfsm.analytics.fetch import fetch  # noqa: E402
 from volfsm.analytics.legacy import SQLiteStore  # noqa: E402
 from volfsm.analytics.partition import node_partition, set_stream_partitions  # noqa: E402
 from volfsm.analytics.report import ReportOptions, store_report  # noqa: E402
+from volfsm.analytics.sortedruns import sidecar_of  # noqa: E402
 from volfsm.analytics.store import AnalyticsStore, StoreState, encode_store_state  # noqa: E402
 from volfsm.bus import NatsServer, ensure_event_stream  # noqa: E402
 
@@ -299,11 +302,12 @@ def dir_bytes(path: Path) -> int:
 
 
 def store_bytes(root: Path) -> int:
-    """Bytes of a store: its catalogs and the files they list (not merged-away files still
-    waiting out their grace period)."""
+    """Bytes of a store: its catalogs, the files they list and their sidecars (not merged-away
+    files still waiting out their grace period)."""
     with AnalyticsStore(root, read_only=True) as store:
         files = store.snapshot().files
-    return dir_bytes(root / "_catalog") + sum(f.path.stat().st_size for f in files)
+    paths = [f.path for f in files] + [sidecar_of(f.path) for f in files]
+    return dir_bytes(root / "_catalog") + sum(p.stat().st_size for p in paths if p.exists())
 
 
 # --------------------------------------------------------------------------
@@ -450,13 +454,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if not args.skip_sqlite:  # the .db with its WAL
         sqlite_bytes = sum(p.stat().st_size for p in work.glob("sqlite.db*"))
 
-    copies = max(1, round(args.big_events / total))
-    big = work / "big"
-    t = time.perf_counter()
-    big_events = tile_store(new_db, big, copies)
-    print(f"tiled store of {big_events:,} events in {time.perf_counter() - t:.0f} s")
-    big_ms, _ = warm_report_ms(big, now + copies * DAY_US * 2)
-    print(f"full report, {big_events:,} events: {big_ms:.0f} ms warm")
+    big = args.big_store or work / "big"
+    big_events, big_ms = big_report(big, new_db, max(1, round(args.big_events / total)))
     bare_ev_s = total / min(bare)
     return {
         "events": total,
@@ -494,12 +493,39 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
 
 
+def big_report(big: Path, source: Path | None, copies: int) -> tuple[int, float]:
+    """(events, warm report ms) of the big store at `big`: tiled from `source` first unless
+    `big` already holds a store (one kept by an earlier `--big-store` run)."""
+    if not (big / "_catalog").is_dir():
+        if source is None:
+            raise SystemExit(f"--big-only: {big} holds no store (make one with --big-store)")
+        t = time.perf_counter()
+        tile_store(source, big, copies)
+        print(f"tiled store in {time.perf_counter() - t:.0f} s")
+    with AnalyticsStore(big, read_only=True) as store:
+        events = store.event_count()
+        now = max(n.last_us for n in store.nodes()) + 60_000_000
+    big_ms, _ = warm_report_ms(big, now)
+    print(f"full report, {events:,} events: {big_ms:.0f} ms warm")
+    return events, big_ms
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--big-events", type=int, default=2_000_000)
+    parser.add_argument(
+        "--big-store",
+        type=Path,
+        help="keep the big (tiled) store in this directory; reuse it if it holds one",
+    )
+    parser.add_argument(
+        "--big-only",
+        action="store_true",
+        help="only the big store's report (needs --big-store holding a store)",
+    )
     parser.add_argument("--drop-caches", action="store_true", help="before the cold report")
     parser.add_argument("--skip-sqlite", action="store_true", help="no SQLite store run")
     parser.add_argument(
@@ -511,6 +537,12 @@ def main() -> None:
     if args.scale:
         args.events, args.nodes, args.big_events = 5_000_000, 1000, 50_000_000
         args.drop_caches = True
+    if args.big_only:
+        if args.big_store is None:
+            raise SystemExit("--big-only needs --big-store DIR")
+        events, big_ms = big_report(args.big_store, None, 1)
+        print(json.dumps({"report_ms_50m_warm": round(big_ms, 1), "big_events": events}))
+        return
     work = scratch_dir("volfsm-bench-analytics-")
     try:
         result = run(args, work)

@@ -1,12 +1,18 @@
-"""The report's aggregates computed by DuckDB over a store snapshot.
+"""The report's aggregates over a store snapshot: DuckDB over the Parquet files, numpy over the
+sorted runs beside them.
 
 Each table is read as the union of its Parquet files whose rows meet the
 window (the catalog knows each file's interval, so a report over a day
 opens that day's files only) and its hot rows (registered Arrow tables).
-The SQL computes what `projections.analytics.figures` computes in Python
-for the in-memory report: percentiles with `quantile_disc` (nearest rank,
-as `percentile`), sums of whole microseconds, the same windows and sort
-orders; the two are held equal by tests.
+Counts by failure code, Uncertain time, the rows per node are SQL. The
+percentiles (latency per driver and operation, the latency series, pod
+mount-to-ready) and the sums beside them come from the sorted runs of
+`volfsm.analytics.sortedruns`: each file wholly inside the window gives
+its sidecar, the other rows (files cut by the window, older files, hot
+rows) are read as lists and join them. What is computed matches
+`projections.analytics.figures` (the in-memory report): nearest-rank
+percentiles (as `percentile`), sums of whole microseconds, the same
+windows and sort orders; the two are held equal by tests.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -35,17 +42,22 @@ from projections.analytics import (
     series_frame,
 )
 from volfsm.analytics.columns import TABLES
-from volfsm.analytics.store import Snapshot
-
-_QUANTILES = "[0.5, 0.9, 0.99]"
+from volfsm.analytics.sortedruns import (
+    READY_KEY,
+    FailureKey,
+    Ints,
+    Run,
+    Runs,
+    percentiles,
+    read_sidecar,
+    select_unsorted,
+    sidecar_of,
+)
+from volfsm.analytics.store import DataFile, Snapshot
 
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
-
-
-def _opt(value: Any) -> int | None:
-    return None if value is None else int(value)
 
 
 class StoreQuery:
@@ -111,24 +123,84 @@ class StoreQuery:
     def inputs(self, query: ReportQuery) -> ReportInputs:
         """The report's aggregates over the window of `query`."""
         lo, hi = query.lo_us, query.hi_us
-        samples = self.source("samples", lo, hi)
-        window = "ended_us >= ? AND ended_us < ?"
         start, width = series_frame(query, self._first_ended(query))
         state = self.snapshot.state
+        runs, raw = self.runs("samples", lo, hi)
+        failures = dict(runs.failures)
+        buckets = max(1, query.buckets)
+        series = _series(runs, start, width, buckets)
+        if raw is not None:
+            for key, count in self._raw_failures(raw, lo, hi):
+                failures[key] = failures.get(key, 0) + count
+            series += self._raw_series(raw, lo, hi, start, width, buckets)
+        ready = self.runs("ready", lo, hi)[0].by_key.get(READY_KEY, [])
         return ReportInputs(
-            op_groups=self._op_groups(samples, window, lo, hi),
-            failures=self._failures(samples, window, lo, hi),
-            series=self._series(samples, window, lo, hi, start, width, max(1, query.buckets)),
+            op_groups=_op_groups(runs, failures),
+            failures=[FailureFigure(*key, count) for key, count in failures.items()],
+            series=_merge_series(series, start, width),
             bucket_us=width,
             uncertain=self._uncertain(query),
             open_spans=list(state.open_spans),
             nodes=list(state.nodes),
             windows=self._windows(query),
             gaps=self.snapshot.gaps(),
-            pod_ready=self._pod_ready(lo, hi),
+            pod_ready=_distribution(ready),
             pending_pods=len(state.pending_pods),
             health=list(state.health),
         )
+
+    def runs(self, table: str, lo: int, hi: int) -> tuple[Runs, str | None]:
+        """The sorted runs of `table` (samples or ready) in [lo, hi), and the FROM clause of
+        the rows they were not made of beforehand (None: there are none).
+
+        A file wholly inside the window gives its sidecar; the rows of the
+        others (partly inside, or older than sidecars) and the hot rows are
+        read and sorted here.
+        """
+        runs, files = Runs(), []
+        for f in self.snapshot.files_in(table, lo, hi):
+            inside = lo <= f.lo_us and f.hi_us < hi
+            sidecar = read_sidecar(sidecar_of(f.path), table) if inside else None
+            if sidecar is None:
+                files.append(f)
+            else:
+                runs.extend(sidecar)
+        if not files and not self._hot[table].num_rows:
+            return runs, None
+        raw = self._raw_source(table, files)
+        if table == "samples":
+            sql = f"""SELECT driver, operation, list(duration_us), sum(duration_us) FROM {raw}
+                      WHERE NOT failed AND ended_us >= ? AND ended_us < ?
+                      GROUP BY driver, operation"""
+        else:
+            sql = f"""SELECT '', '', list(ready_us - added_us), sum(ready_us - added_us)
+                      FROM {raw} WHERE ready_us >= ? AND ready_us < ? HAVING count(*) > 0"""
+        for driver, operation, values, sum_us in _lists(self.con.sql(sql, params=[lo, hi])):
+            runs.add((driver, operation), Run(values, sum_us, ascending=False))
+        return runs, raw
+
+    def _raw_source(self, table: str, files: list[DataFile]) -> str:
+        """A FROM clause: the rows of `files` and the hot rows of `table`."""
+        hot = f"SELECT * FROM hot_{table}"
+        if not files:
+            return f"({hot})"
+        paths = ", ".join(_literal(str(f.path)) for f in files)
+        return f"(SELECT * FROM read_parquet([{paths}]) UNION ALL BY NAME {hot})"
+
+    def _raw_series(
+        self, raw: str, lo: int, hi: int, start: int, width: int, buckets: int
+    ) -> list[tuple[str, int, Ints]]:
+        """The succeeded publish durations of rows not in sidecars, per driver and bucket."""
+        publish = ", ".join(_literal(op) for op in PUBLISH_OPERATIONS)
+        rel = self.con.sql(
+            f"""SELECT driver, least(?, (ended_us - ?) // ?) AS bucket, list(duration_us), 0
+                FROM {raw}
+                WHERE NOT failed AND ended_us >= ? AND ended_us < ? AND ended_us >= ?
+                      AND operation IN ({publish})
+                GROUP BY driver, bucket""",
+            params=[buckets - 1, start, width, lo, hi, start],
+        )
+        return [(driver, int(bucket), values) for driver, bucket, values, _ in _lists(rel)]
 
     def _first_ended(self, query: ReportQuery) -> int | None:
         """The first end of an operation in a window open at its start (else not needed).
@@ -145,46 +217,14 @@ class StoreQuery:
             firsts.append(pc.min(in_window).as_py())
         return min(firsts, default=None)
 
-    def _op_groups(self, samples: str, window: str, lo: int, hi: int) -> list[OpGroup]:
+    def _raw_failures(self, raw: str, lo: int, hi: int) -> list[tuple[FailureKey, int]]:
+        """Failed operations of the rows not in sidecars, by (driver, operation, code, final)."""
         rows = self._all(
-            f"""SELECT driver, operation,
-                       count(*) FILTER (WHERE NOT failed),
-                       count(*) FILTER (WHERE failed),
-                       quantile_disc(duration_us, {_QUANTILES}) FILTER (WHERE NOT failed),
-                       max(duration_us) FILTER (WHERE NOT failed),
-                       coalesce(sum(duration_us) FILTER (WHERE NOT failed), 0)
-                FROM {samples} WHERE {window} GROUP BY driver, operation""",
+            f"""SELECT driver, operation, code, coalesce(final, false), count(*) FROM {raw}
+                WHERE failed AND ended_us >= ? AND ended_us < ? GROUP BY ALL""",
             [lo, hi],
         )
-        groups = []
-        for driver, operation, ok, failed, quantiles, max_us, sum_us in rows:
-            p50, p90, p99 = quantiles if quantiles is not None else (None, None, None)
-            groups.append(
-                OpGroup(driver, operation, ok, failed, p50, p90, p99, _opt(max_us), int(sum_us))
-            )
-        return groups
-
-    def _failures(self, samples: str, window: str, lo: int, hi: int) -> list[FailureFigure]:
-        rows = self._all(
-            f"""SELECT driver, operation, code, coalesce(final, false), count(*)
-                FROM {samples} WHERE failed AND {window} GROUP BY ALL""",
-            [lo, hi],
-        )
-        return [FailureFigure(d, o, c, bool(f), n) for d, o, c, f, n in rows]
-
-    def _series(
-        self, samples: str, window: str, lo: int, hi: int, start: int, width: int, buckets: int
-    ) -> list[SeriesBucket]:
-        publish = ", ".join(_literal(op) for op in PUBLISH_OPERATIONS)
-        rows = self._all(
-            f"""SELECT driver, ? + least(?, (ended_us - ?) // ?) * ? AS bucket, count(*),
-                       quantile_disc(duration_us, [0.5, 0.9])
-                FROM {samples}
-                WHERE {window} AND NOT failed AND ended_us >= ? AND operation IN ({publish})
-                GROUP BY driver, bucket""",
-            [start, buckets - 1, start, width, width, lo, hi, start],
-        )
-        return [SeriesBucket(d, int(b), n, q[0], q[1]) for d, b, n, q in rows]
+        return [((d, o, c, bool(f)), n) for d, o, c, f, n in rows]
 
     def _uncertain(self, query: ReportQuery) -> UncertainTotals:
         lo, hi, now = query.lo_us, query.hi_us, query.now_us
@@ -243,15 +283,100 @@ class StoreQuery:
         )
         return {node: NodeWindow(n, first, last) for node, n, first, last in rows}
 
-    def _pod_ready(self, lo: int, hi: int) -> Distribution:
-        rows = self._all(
-            f"""SELECT count(*), quantile_disc(ready_us - added_us, {_QUANTILES}),
-                       max(ready_us - added_us), coalesce(sum(ready_us - added_us), 0)
-                FROM {self.source("ready", lo, hi)} WHERE ready_us >= ? AND ready_us < ?""",
-            [lo, hi],
+
+# --------------------------------------------------------------------------
+# Figures of sorted runs
+
+
+def _distribution(runs: list[Run]) -> Distribution:
+    """Count, nearest-rank percentiles, max and sum of the values of `runs`."""
+    if not runs:
+        return Distribution()
+    if len(runs) == 1 and not runs[0].ascending:  # rows read here only: no need to sort them
+        values = runs[0].values_us
+        p50, p90, p99 = select_unsorted(values, (50, 90, 99))
+        return Distribution(len(values), p50, p90, p99, int(values.max()), runs[0].sum_us)
+    arrays = [r.values_us if r.ascending else np.sort(r.values_us) for r in runs]
+    p50, p90, p99 = percentiles(arrays, (50, 90, 99))
+    count = sum(len(a) for a in arrays)
+    max_us = max(int(a[-1]) for a in arrays)
+    return Distribution(count, p50, p90, p99, max_us, sum(r.sum_us for r in runs))
+
+
+def _op_groups(runs: Runs, failures: dict[FailureKey, int]) -> list[OpGroup]:
+    """Per (driver, operation): succeeded ones from the runs, failed counts from `failures`."""
+    failed: dict[tuple[str, str], int] = {}
+    for (driver, operation, _code, _final), count in failures.items():
+        failed[(driver, operation)] = failed.get((driver, operation), 0) + count
+    groups = []
+    for (driver, operation), key_runs in runs.by_key.items():
+        d = _distribution(key_runs)
+        n_failed = failed.pop((driver, operation), 0)
+        groups.append(
+            OpGroup(
+                driver,
+                operation,
+                d.count,
+                n_failed,
+                d.p50_us,
+                d.p90_us,
+                d.p99_us,
+                d.max_us,
+                d.sum_us,
+            )
         )
-        count, quantiles, max_us, sum_us = rows[0]
-        if not count:
-            return Distribution()
-        p50, p90, p99 = quantiles
-        return Distribution(count, p50, p90, p99, _opt(max_us), int(sum_us))
+    for (driver, operation), n_failed in failed.items():
+        groups.append(OpGroup(driver, operation, 0, n_failed, None, None, None, None, 0))
+    return groups
+
+
+def _lists(rel: duckdb.DuckDBPyRelation) -> Iterator[tuple[Any, Any, Ints, int]]:
+    """Rows (key, key, list of ints, sum) of a query, each list as one numpy array."""
+    table = rel.to_arrow_table()
+    if not table.num_rows:
+        return
+    lists = table.column(2).combine_chunks()
+    values = np.asarray(lists.flatten().to_numpy(), dtype=np.int64)
+    offsets = lists.offsets.to_numpy()
+    for i, (k1, k2, total) in enumerate(
+        zip(
+            table.column(0).to_pylist(),
+            table.column(1).to_pylist(),
+            table.column(3).to_pylist(),
+            strict=True,
+        )
+    ):
+        yield k1, k2, values[offsets[i] : offsets[i + 1]], int(total)
+
+
+def _series(runs: Runs, start: int, width: int, buckets: int) -> list[tuple[str, int, Ints]]:
+    """Succeeded publish durations per driver and bucket of end time (from `start` on), as
+    slices of the sidecars' runs by end time."""
+    bounds = np.array([start + width * j for j in range(buckets)] + [FOREVER_US], np.int64)
+    slices: list[tuple[str, int, Ints]] = []
+    for (driver, operation), key_runs in runs.by_key.items():
+        if operation not in PUBLISH_OPERATIONS:
+            continue
+        for run in key_runs:
+            if run.ended_us is None or run.by_end_us is None:
+                continue  # rows read here: their series comes from `_raw_series`
+            cuts = np.searchsorted(run.ended_us, bounds, "left").tolist()
+            for j in range(buckets):
+                if cuts[j] < cuts[j + 1]:
+                    slices.append((driver, j, run.by_end_us[cuts[j] : cuts[j + 1]]))
+    return slices
+
+
+def _merge_series(
+    slices: list[tuple[str, int, Ints]], start: int, width: int
+) -> list[SeriesBucket]:
+    """One series bucket per (driver, bucket) of the slices: count and exact p50 and p90."""
+    parts: dict[tuple[str, int], list[Ints]] = {}
+    for driver, j, values in slices:
+        parts.setdefault((driver, j), []).append(values)
+    result = []
+    for (driver, j), chunks in parts.items():
+        values = np.concatenate(chunks)
+        p50, p90 = select_unsorted(values, (50, 90))
+        result.append(SeriesBucket(driver, start + j * width, len(values), p50, p90))
+    return result

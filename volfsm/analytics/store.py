@@ -21,9 +21,12 @@ its row. The aggregator acknowledges a batch only after its commit.
 Compaction moves the hot tier into Parquet files (one per table and day),
 sorted, zstd-compressed: each file is written under a temporary name,
 synced and renamed, then one catalog transaction lists the files and
-drops the hot batches they hold. A crash between the two leaves files
-no catalog lists; the next writer of that partition deletes them (they
-are its own, and their rows are still in the hot tier).
+drops the hot batches they hold. A `samples` or `ready` file gets a
+sidecar first, its durations sorted (`volfsm.analytics.sortedruns`),
+written the same way, so a listed file always has one. A crash before the
+catalog transaction leaves files no catalog lists; the next writer of that
+partition deletes them and their sidecars (they are its own, and their
+rows are still in the hot tier). A sidecar is deleted with its file.
 
 Readers (reports, the dashboard, other processes) open the catalogs
 read-only, take one consistent snapshot (state, file list, hot batches)
@@ -64,6 +67,7 @@ from projections.analytics import (
     VolumeHealth,
 )
 from volfsm.analytics.columns import EVENTS, READY, SAMPLES, SPANS, TABLES, Table, to_arrow
+from volfsm.analytics.sortedruns import SUFFIX, TABLES_WITH_RUNS, sidecar_of, write_sidecar
 from volfsm.analytics.tracking import SeqRanges
 
 STORE_FORMAT = "volfsm-analytics"
@@ -71,8 +75,8 @@ STORE_SCHEMA = 2
 """Schema 1 was one SQLite file holding every row (see `volfsm.analytics.migrate`)."""
 
 CATALOG_DIR = "_catalog"
-_OWN_FILE = re.compile(r"^\.?\d{8}\.parquet(\.tmp)?$")
-"""The names `_write_file` gives its files (and their temporary names)."""
+_OWN_FILE = re.compile(r"^\.?\d{8}\.(parquet|sorted\.arrow)(\.tmp)?$")
+"""The names `_write_file` gives its files and their sidecars (and their temporary names)."""
 DEFAULT_COMPACT_ROWS = 200_000
 DEFAULT_COMPACT_AGE_S = 300.0
 MERGE_FILES = 8
@@ -569,8 +573,8 @@ class AnalyticsStore:
         for table in TABLES:
             for path in (root / table).glob(f"day=*/part={partition}/*"):
                 rel = path.relative_to(root).as_posix()
-                if rel in listed:
-                    continue
+                if rel in listed or rel.removesuffix(SUFFIX) + ".parquet" in listed:
+                    continue  # a listed file, or the sidecar of one
                 if _OWN_FILE.match(path.name) and path.is_file() and not path.is_symlink():
                     path.unlink()
                 else:
@@ -737,6 +741,8 @@ class AnalyticsStore:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.with_name(f".{final.name}.tmp")
         ordered = rows.sort_by([(c, "ascending") for c in table.sort])
+        if table.name in TABLES_WITH_RUNS:  # first: a listed file always has its sidecar
+            write_sidecar(table.name, ordered, sidecar_of(final))
         pq.write_table(ordered, tmp, compression="zstd", row_group_size=ROW_GROUP)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
@@ -780,6 +786,7 @@ class AnalyticsStore:
         old = [p for (p,) in c.execute("SELECT path FROM retired WHERE since_us <= ?", (cutoff,))]
         for path in old:
             (root / path).unlink(missing_ok=True)
+            sidecar_of(root / path).unlink(missing_ok=True)
         if old:
             with self._transaction() as tx:
                 tx.executemany("DELETE FROM retired WHERE path = ?", [(p,) for p in old])

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
+
+from projections.asw import Asw
 from volfsm.plugins.scripted import ScriptedPlugin, final, nonfinal
 
 from .conftest import FAST, EngineFactory
@@ -54,3 +57,38 @@ async def test_a_change_wakes_the_reconciler_without_waiting_for_the_period(
     await engine.delete_pod(uid="u1")
     await engine.wait_pod("u1", "unmounted", timeout=5)
     await eventually(lambda: volume_id_of("v1") not in engine.asw.devices, "detached")
+
+
+async def test_a_restart_shares_the_states_strings_and_keeps_its_values_and_its_screen(
+    make_engine: EngineFactory,
+) -> None:
+    plugin = ScriptedPlugin(device_mountable=True)
+    vid = {name: volume_id_of(name) for name in ("idle", "mnt", "umnt")}
+    plugin.script("set_up", final("Internal"), volume_id=vid["mnt"])
+    plugin.script("tear_down", final("Internal"), volume_id=vid["umnt"])
+    first = await make_engine(plugin, config=STUCK)
+    objects = []
+    for name in vid:
+        objects += [*pv_set(name), pod(f"pod-{name}", claim_volume("data", name))]
+    await first.apply(objects)
+    for name in ("idle", "umnt"):
+        await first.wait_pod(f"pod-{name}", "mounted", timeout=5)
+    await first.delete_pod(uid="pod-umnt")
+    await eventually(lambda: len(failures(first.log)) == 2, "two stuck operations")
+    await first.settle()
+    await first.stop()
+
+    second = await make_engine(plugin, config=STUCK)
+    await second.settle()
+    folded = Asw()
+    second.log.replay(folded.apply, until_seq=second.asw.last_seq)
+    for mine, fresh in ((second.asw.podvols, folded.podvols), (second.asw.devices, folded.devices)):
+        assert list(mine) == list(fresh)  # same entries, same order
+        assert msgspec.to_builtins(list(mine.values())) == msgspec.to_builtins(list(fresh.values()))
+    wanted = second.dsw.desired_entries()
+    for key in second.asw.podvols:
+        if key in wanted:
+            assert any(key is own for own in wanted)  # one key object, compared by identity
+    held = [key for keys in second.index.holders.values() for key in keys]
+    assert second.index.held == {key: held.count(key) for key in held}
+    assert second.reconciler.screen() == {vid["mnt"], vid["umnt"]}

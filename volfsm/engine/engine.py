@@ -28,6 +28,7 @@ reconstructed is cleaned up once the desired state is complete.
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ from projections.asw import Asw
 from volfsm.desired.dsw import DesiredChange, DesiredStateOfWorld
 from volfsm.desired.plan import ApplyResult as ObjectResult
 from volfsm.desired.plan import SkippedObject
+from volfsm.engine.compact import release_free_memory, share_state
 from volfsm.engine.config import EngineConfig
 from volfsm.engine.executor import Operation, OperationExecutor
 from volfsm.engine.failures import restore_failures
@@ -216,6 +218,8 @@ class VolumeEngine:
             # desired state could still claim, so waiting would only delay deletes.
             self.reconciler.set_desired_complete("fresh node: empty log, nothing found on it")
         await self.keeper.settle_start({*self.dsw.pods, *self.dsw.pending})
+        gc.freeze()  # the state just built stays: full collections no longer walk it
+        release_free_memory()
         self._running = True
         self.reconciler.mark_all_dirty()
         loop = asyncio.get_running_loop()
@@ -252,6 +256,7 @@ class VolumeEngine:
             self.log, self.asw, self.dsw, self.index, self.config.snapshots
         )
         self.snapshots.restore()
+        share_state(self.asw, self.dsw.desired_entries(), self.index)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop reconciling; let running operations finish for `grace_s`, then cancel them.
@@ -272,6 +277,7 @@ class VolumeEngine:
         await self.reconciler.wait_cleanup()
         await self.reconstructor.wait()
         await self.snapshots.stop()  # the final state, so that the next start replays nothing
+        gc.unfreeze()
         await asyncio.to_thread(self.objects.close)
         self.waiters.fail_all(EngineNotRunningError("the engine stopped"))
 

@@ -121,8 +121,18 @@ class EngineIndex:
         return out
 
     def _on_held(self, body: VolumeMounted | VolumeMountUncertain, _: int) -> tuple[str, ...]:
-        self._hold(body.volume_id, (body.pod_uid, body.volume_name))
+        self._hold(*self._shared_key(body.volume_id, body.pod_uid, body.volume_name))
         return ()
+
+    def _shared_key(self, vid: str, uid: str, name: str) -> tuple[str, PodVolumeKey]:
+        """(vid, (uid, name)) made of the desired pod's strings where it wants that volume:
+        100,000 held entries then keep no copies of their own."""
+        pod = self.desired.pods.get(uid)
+        if pod is not None:
+            for dv in pod.volumes:
+                if dv.name == name and dv.volume_id == vid:
+                    return dv.volume_id, (pod.pod_uid, dv.name)
+        return vid, (uid, name)
 
     def _on_released(self, body: VolumeUnmounted, _: int) -> tuple[str, ...]:
         self._release(body.volume_id, (body.pod_uid, body.volume_name))

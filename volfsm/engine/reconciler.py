@@ -47,7 +47,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Callable, Iterable
+import operator
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -88,6 +89,12 @@ class DesiredState(Protocol):
     def volumes_to_mount(self) -> list[tuple[PodAdded, DesiredVolume]]:
         """Every desired (pod, volume)."""
 
+    def desired_entries(self) -> Mapping[tuple[str, str], tuple[PodAdded, DesiredVolume]]:
+        """(pod uid, volume name) -> (pod, volume) of every desired pod-volume."""
+
+    def desired_sizes(self) -> Mapping[str, int]:
+        """volume id -> the size pods want, for the volumes that have one."""
+
 
 @dataclass
 class PassStats:
@@ -97,6 +104,8 @@ class PassStats:
     started: int = 0
     refused: int = 0
 
+
+_state_of = operator.attrgetter("state")
 
 REASON_NOT_DESIRED = "no pod wants this pod-volume any more"
 REASON_MOUNT = "desired and not mounted"
@@ -182,31 +191,39 @@ class Reconciler:
         """Every volume on which some phase has something to do: the full pass, cheaply.
 
         Conservative: a volume that a pass would act on is always included
-        (one that would only be refused again may be too).
+        (one that would only be refused again may be too). Each check is
+        first one C-level sweep (key containment, the set of states) that
+        touches as few objects per entry as it can; entries are looked at
+        one by one only where a sweep found something. At 100,000
+        pod-volumes the state is far bigger than the CPU's cache, so what a
+        screen costs is mostly the objects it touches.
         """
         need: set[str] = set()
         podvols = self.asw.podvols
-        for pod, dv in self.dsw.volumes_to_mount():
-            pv = podvols.get((pod.pod_uid, dv.name))
-            if pv is None or pv.state != MOUNTED:
-                need.add(dv.volume_id)
-        is_desired = self.dsw.is_desired
-        for vid, held in self.index.holders.items():
-            for uid, name in held:
-                if not is_desired(uid, name):
-                    need.add(vid)
-                    break
-        desired_size = self.dsw.desired_size
-        volume_desired = self.dsw.volume_desired
+        wanted = self.dsw.desired_entries()
+        # Phase 2: desired and not Mounted (no entry yet, or an entry in another state).
+        if not wanted.keys() <= podvols.keys():
+            need.update(wanted[key][1].volume_id for key in wanted.keys() - podvols.keys())
+        if set(map(_state_of, podvols.values())) - {MOUNTED}:
+            for key, pv in podvols.items():
+                if pv.state != MOUNTED and key in wanted:
+                    need.add(wanted[key][1].volume_id)
+        # Phase 1: held (Mounted or Uncertain) and not desired.
         holders = self.index.holders
-        for vid, dev in self.asw.devices.items():
-            if vid not in holders and not volume_desired(vid):
+        if not self.index.held.keys() <= wanted.keys():
+            need.update(
+                vid for vid, held in holders.items() if not all(map(wanted.__contains__, held))
+            )
+        # Phase 3: devices no pod holds or wants; online expansion: smaller than wanted.
+        devices = self.asw.devices
+        if not holders.keys() >= devices.keys():
+            volume_desired = self.dsw.volume_desired
+            need.update(vid for vid in devices if vid not in holders and not volume_desired(vid))
+        for vid, want in self.dsw.desired_sizes().items():
+            dev = devices.get(vid)
+            if dev is not None and dev.size_bytes is not None and want > dev.size_bytes:
                 need.add(vid)
-            elif dev.size_bytes is not None:
-                want = desired_size(vid)
-                if want is not None and want > dev.size_bytes:
-                    need.add(vid)
-        need.update(vid for vid in self.index.removed_volumes if vid not in self.asw.devices)
+        need.update(vid for vid in self.index.removed_volumes if vid not in devices)
         for uid, name in self.remount_required:
             spec = self.spec_of(uid, name)
             if spec is not None:

@@ -8,9 +8,12 @@ from `events.tables` and never imports `transitions`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+import gc
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
@@ -190,8 +193,10 @@ class Asw:
 
         The fast path of a big fold (engine start): `fold_event` written
         out in one loop, with everything an event type needs found by one
-        lookup of its name (`_fold_plans`), and operation records decoded
-        into views holding only what the ASW keeps of them. After an event
+        lookup of its name (`_fold_plans`), operation records decoded
+        into views holding only what the ASW keeps of them, a device
+        stream's entry found by one lookup of the stream after its first
+        event, and no cyclic GC while it runs. After an event
         whose body type is in `hooks`, `hooks[type](body, version)` is
         called (the engine feeds its DSW and index this way; a hooked type
         is always decoded in full). With `with_podvols` False, rows of pod-volume
@@ -204,70 +209,77 @@ class Asw:
         device_cut, podvol_cut = _DEVICE_CUT, _PODVOL_CUT
         device_prefix, podvol_prefix, pod_prefix = DEVICE_PREFIX, PODVOL_PREFIX, POD_PREFIX
         new_device, new_podvol = DeviceState, PodVolumeState
+        # device stream -> its entry, for the events after the stream's first: no slice
+        # of the stream name. Dropped when the fold deletes the entry (detach).
+        seen_devices: dict[str, DeviceState] = {}
         count = 0
         seq = ts = -1
         body: Any
-        for seq, stream, version, type_name, schema, ts, data in rows:  # noqa: B007 (seq: after)
-            count += 1
-            plan = plans.get(type_name)
-            if plan is not None and plan.schema == schema:
-                body = plan.decode(data)
-            else:  # an older schema (upcast), or a type this build does not know (raises)
-                body = decode_body(type_name, schema, data)
-                plan = plans[type_name]
-            if stream.startswith(device_prefix):
-                volume_id = stream[device_cut:]
-                dev = devices.get(volume_id)
-                if dev is None:
-                    dev = devices[volume_id] = new_device(volume_id, since_us=ts)
-                dev.version = version
-                op = plan.device_op
-                if op is not None:
-                    op(dev, body, ts)
-                else:
-                    moves = plan.device_moves
-                    if moves is not None:
-                        new_state = moves.get(dev.state)
-                        if new_state is not None and new_state != dev.state:
-                            dev.state = new_state
-                            dev.since_us = ts
-                    update = plan.device_update
-                    if update is not None:
-                        update(dev, body)
-                    elif plan.detaches:
-                        del devices[volume_id]
-            elif stream.startswith(podvol_prefix):
-                if not with_podvols:
-                    hook = plan.hook
-                    if hook is not None:
-                        hook(body, version)
-                    continue
-                pod_uid, _, name = stream[podvol_cut:].partition("/")
-                key = (pod_uid, name)
-                pv = podvols.get(key)
-                if pv is None:
-                    pv = podvols[key] = new_podvol(pod_uid, name, since_us=ts)
-                pv.version = version
-                op = plan.podvol_op
-                if op is not None:
-                    op(pv, body, ts)
-                else:
-                    moves = plan.podvol_moves
-                    if moves is not None:
-                        new_state = moves.get(pv.state)
-                        if new_state is not None and new_state != pv.state:
-                            pv.state = new_state
-                            pv.since_us = ts
-                    pv_update = plan.podvol_update
-                    if pv_update is not None:
-                        pv_update(pv, body)
-            elif stream.startswith(pod_prefix):
-                desired = plan.desired
-                if desired is not None:
-                    desired(self, body)
-            hook = plan.hook
-            if hook is not None:
-                hook(body, version)
+        with _gc_paused():  # the fold makes no cycles: a collection would only rescan it
+            for count, (seq, stream, version, type_name, schema, ts, data) in enumerate(rows, 1):  # noqa: B007
+                plan = plans.get(type_name)
+                if plan is not None and plan.schema == schema:
+                    body = plan.decode(data)
+                else:  # an older schema (upcast), or a type this build does not know (raises)
+                    body = decode_body(type_name, schema, data)
+                    plan = plans[type_name]
+                if stream.startswith(device_prefix):
+                    dev = seen_devices.get(stream)
+                    if dev is None:
+                        volume_id = stream[device_cut:]
+                        dev = devices.get(volume_id)
+                        if dev is None:
+                            dev = devices[volume_id] = new_device(volume_id, since_us=ts)
+                        seen_devices[stream] = dev
+                    dev.version = version
+                    op = plan.device_op
+                    if op is not None:
+                        op(dev, body, ts)
+                    else:
+                        moves = plan.device_moves
+                        if moves is not None:
+                            new_state = moves.get(dev.state)
+                            if new_state is not None and new_state != dev.state:
+                                dev.state = new_state
+                                dev.since_us = ts
+                        update = plan.device_update
+                        if update is not None:
+                            update(dev, body)
+                        elif plan.detaches:
+                            del devices[dev.volume_id]
+                            del seen_devices[stream]
+                elif stream.startswith(podvol_prefix):
+                    if not with_podvols:
+                        hook = plan.hook
+                        if hook is not None:
+                            hook(body, version)
+                        continue
+                    pod_uid, _, name = stream[podvol_cut:].partition("/")
+                    key = (pod_uid, name)
+                    pv = podvols.get(key)
+                    if pv is None:
+                        pv = podvols[key] = new_podvol(pod_uid, name, since_us=ts)
+                    pv.version = version
+                    op = plan.podvol_op
+                    if op is not None:
+                        op(pv, body, ts)
+                    else:
+                        moves = plan.podvol_moves
+                        if moves is not None:
+                            new_state = moves.get(pv.state)
+                            if new_state is not None and new_state != pv.state:
+                                pv.state = new_state
+                                pv.since_us = ts
+                        pv_update = plan.podvol_update
+                        if pv_update is not None:
+                            pv_update(pv, body)
+                elif stream.startswith(pod_prefix):
+                    desired = plan.desired
+                    if desired is not None:
+                        desired(self, body)
+                hook = plan.hook
+                if hook is not None:
+                    hook(body, version)
         if count:
             self.last_seq, self.last_ts = seq, ts
         return seq, count
@@ -294,6 +306,18 @@ class Asw:
         ]
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic collection inside the block (a big fold allocates and keeps objects)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _next_states(table: FsmTable) -> dict[str, dict[str, str]]:
     """event type -> {state: next state}: `table.next_state` as two dict lookups."""
     out: dict[str, dict[str, str]] = {}
@@ -304,6 +328,9 @@ def _next_states(table: FsmTable) -> dict[str, dict[str, str]]:
     return out
 
 
+intern = sys.intern
+"""Operation and plugin names are few: entries share one copy of each."""
+
 _DEVICE_NEXT = _next_states(DEVICE_FSM)
 _PODVOL_NEXT = _next_states(PODVOL_FSM)
 _DEVICE_CUT = len(DEVICE_PREFIX)
@@ -313,7 +340,7 @@ Entry = DeviceState | PodVolumeState
 
 
 def _op_started(entry: Entry, body: Any, ts: int) -> None:
-    entry.last_operation = OperationRecord(body.op_id, body.operation, ts)
+    entry.last_operation = OperationRecord(body.op_id, intern(body.operation), ts)
 
 
 def _op_succeeded(entry: Entry, body: Any, ts: int) -> None:
@@ -337,7 +364,7 @@ def _op_failed(entry: Entry, body: Any, ts: int) -> None:
 
 
 def _podvol_op_started(entry: Entry, body: Any, ts: int) -> None:
-    entry.last_operation = OperationRecord(body.op_id, body.operation, ts)
+    entry.last_operation = OperationRecord(body.op_id, intern(body.operation), ts)
     if body.volume_id:
         entry.volume_id = body.volume_id
 
@@ -380,7 +407,7 @@ _PODVOL_OPERATIONS: dict[type, Callable[[Entry, Any, int], None]] = {
 
 
 def _device_attached(dev: DeviceState, body: Any) -> None:
-    dev.plugin = body.plugin
+    dev.plugin = intern(body.plugin)  # one copy per plugin, not per device
     dev.attachable = body.attachable
     dev.device_path = body.device_path
     dev.reconstructed = False
@@ -489,8 +516,13 @@ _DESIRED_FOLDS: dict[type, Callable[[Asw, Any], None]] = {
 """What each event of a pod stream does to the ASW."""
 
 
-class _FoldPlan(NamedTuple):
-    """Everything `Asw.fold_rows` does with one event type (None: nothing of that kind)."""
+@dataclass(slots=True, frozen=True)
+class _FoldPlan:
+    """Everything `Asw.fold_rows` does with one event type (None: nothing of that kind).
+
+    A slotted class, not a NamedTuple: the fold reads several fields per
+    event, and a slot read is the interpreter's fastest attribute access.
+    """
 
     schema: int
     decode: Callable[[bytes], Any]

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,18 +33,26 @@ from tests.helpers.natsroles import (
     ADMIN,
     AGGREGATOR,
     CLIENT,
+    REPO,
     cli_login,
     login,
     node_login,
     roles_config,
 )
 from tests.relay.helpers import STREAM, append_events, wait_until
+from tests.service.test_cli_operator import read_until, terminate
 from tests.service.test_intake import FakeEngine
 from volfsm.analytics.aggregator import Aggregator, AggregatorConfig
+from volfsm.analytics.defaults import DEFAULT_DURABLE
 from volfsm.analytics.store import AnalyticsStore
 from volfsm.bus import NatsServer
 from volfsm.bus.relay import Relay, RelayConfig
-from volfsm.bus.roles import AGGREGATOR_INBOX_PREFIX, history_consumer
+from volfsm.bus.roles import (
+    AGGREGATOR_INBOX_PREFIX,
+    CLIENT_INBOX_PREFIX,
+    events_consumers,
+    history_consumer,
+)
 from volfsm.cli import app
 from volfsm.service.intake import CommandIntake, CommandProcessor
 
@@ -143,6 +154,8 @@ def subscribe(subject: str) -> Act:
 
 N1 = node_login("n1")
 API = "$JS.API"
+SLOT = events_consumers()[0]
+"""A consumer name the client may use for `volfsm events`."""
 REFUSED: list[tuple[str, dict[str, Any], Act, str]] = [
     # (case, login, action, what the refusal names)
     ("node-purge", N1, request(f"{API}.STREAM.PURGE.{STREAM}", {}), "publish to"),
@@ -196,6 +209,42 @@ REFUSED: list[tuple[str, dict[str, Any], Act, str]] = [
     ("client-publish-event", login(CLIENT), request("volfsm.n1.events.PodAdded", {}),
      "publish to"),
     ("client-purge", login(CLIENT), request(f"{API}.STREAM.PURGE.{STREAM}", {}), "publish to"),
+    ("client-delete-stream", login(CLIENT), request(f"{API}.STREAM.DELETE.{STREAM}"), "publish to"),
+    ("client-update-stream", login(CLIENT), request(
+        f"{API}.STREAM.UPDATE.{STREAM}", {"name": STREAM, "max_msgs": 1}), "publish to"),
+    ("client-delete-message", login(CLIENT), request(
+        f"{API}.STREAM.MSG.DELETE.{STREAM}", {"seq": 1}), "publish to"),
+    ("client-direct-get-by-seq", login(CLIENT), request(f"{API}.DIRECT.GET.{STREAM}", {"seq": 1}),
+     "publish to"),
+    ("client-durable-consumer", login(CLIENT), request(
+        f"{API}.CONSUMER.DURABLE.CREATE.{STREAM}.{SLOT}",
+        {"stream_name": STREAM, "config": {"durable_name": SLOT}}), "publish to"),
+    ("client-consumer-other-name", login(CLIENT), request(
+        f"{API}.CONSUMER.CREATE.{STREAM}.mine.volfsm.n1.events.>",
+        {"stream_name": STREAM,
+         "config": {"name": "mine", "filter_subject": "volfsm.n1.events.>"}}),
+     "publish to"),
+    ("client-update-aggregator-consumer", login(CLIENT), request(
+        f"{API}.CONSUMER.CREATE.{STREAM}.{DEFAULT_DURABLE}.volfsm.*.events.>",
+        {"stream_name": STREAM, "config": {"name": DEFAULT_DURABLE, "ack_wait": 1}}),
+     "publish to"),
+    ("client-update-node-history-consumer", login(CLIENT), request(
+        f"{API}.CONSUMER.CREATE.{STREAM}.{history_consumer('n1')}.volfsm.n1.events.>",
+        {"stream_name": STREAM, "config": {"name": history_consumer("n1")}}), "publish to"),
+    ("client-consumer-unnamed", login(CLIENT), request(
+        f"{API}.CONSUMER.CREATE.{STREAM}", {"stream_name": STREAM, "config": {}}), "publish to"),
+    ("client-consumer-unfiltered", login(CLIENT), request(
+        f"{API}.CONSUMER.CREATE.{STREAM}.{SLOT}",
+        {"stream_name": STREAM, "config": {"name": SLOT}}), "publish to"),
+    ("client-consumer-beyond-events", login(CLIENT), request(
+        f"{API}.CONSUMER.CREATE.{STREAM}.{SLOT}.>",
+        {"stream_name": STREAM, "config": {"name": SLOT, "filter_subject": ">"}}), "publish to"),
+    ("client-consumer-info", login(CLIENT), request(
+        f"{API}.CONSUMER.INFO.{STREAM}.{DEFAULT_DURABLE}"), "publish to"),
+    ("client-pull-aggregator-consumer", login(CLIENT), request(
+        f"{API}.CONSUMER.MSG.NEXT.{STREAM}.{DEFAULT_DURABLE}", {"batch": 10}), "publish to"),
+    ("client-delete-aggregator-consumer", login(CLIENT), request(
+        f"{API}.CONSUMER.DELETE.{STREAM}.{DEFAULT_DURABLE}"), "publish to"),
     ("client-subscribe-commands", login(CLIENT), subscribe("volfsm.n1.cmd.>"),
      "subscription to"),
     ("client-subscribe-node-inbox", login(CLIENT), subscribe("_INBOX.node.n1.>"),
@@ -252,6 +301,81 @@ async def test_a_consumer_whose_filter_differs_from_its_create_subject_is_refuse
     finally:
         await nc.close()
     assert await stream_state(bus.url) == before
+
+
+def events_cli(url: str, *args: str) -> list[str]:
+    """`volfsm events` of node n1 as the client role."""
+    return [sys.executable, "-m", "volfsm.cli", "events", "--nats", url, "--node", "n1",
+            *cli_login(CLIENT), "-o", "json", *args]  # fmt: skip
+
+
+def test_the_client_reads_a_nodes_events_and_leaves_the_stream_as_it_was(bus: Bus) -> None:
+    before = asyncio.run(stream_state(bus.url))
+    done = subprocess.run(
+        events_cli(bus.url), capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    with EventLog(bus.logs["n1"], node="n1") as log:
+        expected = [envelope_to_json(env).decode() for env in log.read_after(0)]
+    assert done.stdout.splitlines() == expected
+    assert asyncio.run(stream_state(bus.url)) == before  # its consumer deleted on exit
+
+
+def test_the_client_follows_a_nodes_new_events(bus: Bus) -> None:
+    """Two alike `volfsm events --follow` at once: a consumer each, both print the new event."""
+    before = asyncio.run(stream_state(bus.url))
+    tails = [
+        subprocess.Popen(
+            events_cli(bus.url, "--follow"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+        )
+        for _ in range(2)
+    ]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60  # a safety net only
+        while asyncio.run(stream_state(bus.url))[3] < before[3] + 2:  # their consumers
+            assert time.monotonic() < deadline, "volfsm events made no consumer"
+            time.sleep(0.05)
+        asyncio.run(publish_as_node(bus.url, bus.logs["n1"], "n1", 1))
+        with EventLog(bus.logs["n1"], node="n1") as log:
+            newest = log.last_seq()
+        seen = [read_until(tail, f'"seq":{newest},') for tail in tails]
+    finally:
+        ends = [terminate(tail) for tail in tails]
+    assert ends == [(0, ""), (0, "")]
+    for printed in seen:
+        assert [json.loads(line)["seq"] for line in printed.splitlines()] == [newest]
+    messages, first, last, consumers, config = asyncio.run(stream_state(bus.url))
+    assert (messages, first, last, consumers, config) == (
+        before[0] + 1, before[1], before[2] + 1, before[3], before[4])  # fmt: skip
+
+
+def test_a_client_consumer_whose_filter_differs_from_its_create_subject_is_refused(
+    bus: Bus,
+) -> None:
+    """Allowed subject (a slot name, n1's filter), body asking for more: the server says no."""
+
+    async def attempt() -> list[int]:
+        nc = await nats.connect(bus.url, **login(CLIENT), inbox_prefix=CLIENT_INBOX_PREFIX)
+        codes = []
+        try:
+            for body_filter in ("volfsm.n2.events.>", None):
+                config: dict[str, Any] = {"name": SLOT, "ack_policy": "none"}
+                if body_filter is not None:
+                    config["filter_subject"] = body_filter
+                reply = await nc.request(
+                    f"{API}.CONSUMER.CREATE.{STREAM}.{SLOT}.volfsm.n1.events.>",
+                    json.dumps({"stream_name": STREAM, "config": config}).encode(),
+                    timeout=5,
+                )
+                codes.append(json.loads(reply.data)["error"]["err_code"])
+        finally:
+            await nc.close()
+        return codes
+
+    before = asyncio.run(stream_state(bus.url))
+    assert asyncio.run(attempt()) == [10131, 10131]
+    assert asyncio.run(stream_state(bus.url)) == before
 
 
 async def test_a_forged_msg_id_does_not_keep_the_real_event_out(bus: Bus) -> None:

@@ -6,7 +6,13 @@
   scoped to this node by its subject: stream info, direct get of the last
   message on its own subjects, and one pull consumer of its own (a fixed
   name, filtered on its own subjects) to read its history back.
-* `client` (`volfsm apply/get/delete/wait`): send commands to chosen nodes.
+* `client` (`volfsm apply/get/delete/wait/events`): send commands to chosen
+  nodes, and read their events back (`volfsm events`): create, with the
+  filtered create request, a pull consumer under one of a few fixed names
+  (`volfsm_events_<k>`) filtered on those nodes' events, pull from it and
+  delete it.
+  No other consumer name, no stream or message API: it cannot touch the
+  aggregator's or a node's consumer, purge, or delete.
 * `aggregator` (`volfsm analytics serve`): its own durable consumer over
   every node's events, read-only: no purge, no message or stream delete.
 * `admin` (`volfsm stream create|check`): the JetStream API, the only role
@@ -38,6 +44,9 @@ CLIENT_INBOX_PREFIX = "_INBOX.client"
 AGGREGATOR_INBOX_PREFIX = "_INBOX.aggregator"
 ALL_INBOXES = "_INBOX.>"
 HISTORY_CONSUMER_PREFIX = "volfsm_history_"
+EVENTS_CONSUMER_PREFIX = "volfsm_events_"
+EVENTS_CONSUMER_SLOTS = 8
+"""How many `volfsm events` may read one stream at once: each holds one consumer name."""
 
 
 def node_inbox_prefix(node: str) -> str:
@@ -78,10 +87,26 @@ def node_permissions(node: str, stream: str = DEFAULT_STREAM) -> Permissions:
     )
 
 
-def client_permissions(nodes: Sequence[str] = ()) -> Permissions:
-    """The `client` role: commands to `nodes` (every node if none are named)."""
+def events_consumers() -> tuple[str, ...]:
+    """The consumer names `volfsm events` (the `client` role) may create: `volfsm_events_<k>`."""
+    return tuple(f"{EVENTS_CONSUMER_PREFIX}{k}" for k in range(EVENTS_CONSUMER_SLOTS))
+
+
+def client_permissions(nodes: Sequence[str] = (), stream: str = DEFAULT_STREAM) -> Permissions:
+    """The `client` role: commands to `nodes` (every node if none are named), and their events.
+
+    Events: per consumer name of `events_consumers()`, the filtered create
+    request on those nodes' events (the server refuses a body whose filter
+    differs from the subject's), pulls from it, and its delete (on exit).
+    """
     targets = [command_wildcard(n) for n in nodes] or [f"{PREFIX}.*.cmd.>"]
-    return Permissions(publish=tuple(targets), subscribe=(f"{CLIENT_INBOX_PREFIX}.>",))
+    filters = [node_events_filter(n) for n in nodes] or [f"{PREFIX}.*.events.>"]
+    reads: list[str] = []
+    for name in events_consumers():
+        reads += [f"{JS_API}.CONSUMER.CREATE.{stream}.{name}.{f}" for f in filters]
+        reads.append(f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{name}")
+        reads.append(f"{JS_API}.CONSUMER.DELETE.{stream}.{name}")
+    return Permissions(publish=(*targets, *reads), subscribe=(f"{CLIENT_INBOX_PREFIX}.>",))
 
 
 def aggregator_permissions(
@@ -151,7 +176,7 @@ def role_users(
     users = {
         f"{USER_PREFIX}admin": admin_permissions(),
         f"{USER_PREFIX}aggregator": aggregator_permissions(stream, durable),
-        f"{USER_PREFIX}client": client_permissions(),
+        f"{USER_PREFIX}client": client_permissions(stream=stream),
     }
     for node in nodes:
         users[node_user(node)] = node_permissions(node, stream)

@@ -1,7 +1,7 @@
 """`volfsm events [--follow]`: the node's events as its JetStream stream holds them, live.
 
-An ordered push consumer (ephemeral, nothing left on the server) on
-`volfsm.<node>.events.>` reads the stream: by default everything it holds,
+An ephemeral pull consumer on `volfsm.<node>.events.>` (deleted on exit)
+reads the stream: by default everything it holds,
 then exits; with `--follow` only what comes next, until Ctrl-C or SIGTERM
 (exit 0). `--since TIME` starts at that time either way. Filters: `--pod`
 (NAMESPACE/NAME or uid; a name is matched through the PodAdded events read
@@ -11,8 +11,9 @@ observation); all given must match. `-o json` prints one envelope per line
 (the JSON NATS carries).
 
 Reading the stream takes a consumer: with the bus roles of
-`volfsm.bus.roles`, the `admin` role (the `client` role may only send
-commands); the embedded server has no roles.
+`volfsm.bus.roles`, the `client` role may make it (under one of the names
+`volfsm_events_<k>`, filtered on node events); the embedded server has no
+roles.
 """
 
 from __future__ import annotations

@@ -41,10 +41,21 @@ nsc add user --account "$account" --name volfsm-aggregator \
   --allow-pub "\$JS.ACK.$stream.$durable.>" \
   --allow-sub '_INBOX.aggregator.>'
 
-# client: commands to every node (list volfsm.<node>.cmd.> per node to narrow it)
+# client: commands to every node (list volfsm.<node>.cmd.> per node to narrow it), and
+# `volfsm events`: a pull consumer named volfsm_events_0..7, filtered on node events
+events_rights=""
+for k in 0 1 2 3 4 5 6 7; do
+  events_rights="$events_rights --allow-pub \$JS.API.CONSUMER.CREATE.$stream.volfsm_events_$k.volfsm.*.events.>"
+  events_rights="$events_rights --allow-pub \$JS.API.CONSUMER.MSG.NEXT.$stream.volfsm_events_$k"
+  events_rights="$events_rights --allow-pub \$JS.API.CONSUMER.DELETE.$stream.volfsm_events_$k"
+done
+set -f  # the subjects' * and > are not file patterns
+# shellcheck disable=SC2086
 nsc add user --account "$account" --name volfsm-client \
   --allow-pub 'volfsm.*.cmd.>' \
+  $events_rights \
   --allow-sub '_INBOX.client.>'
+set +f
 
 # node: its own events and commands; JetStream calls scoped to its own subjects
 for node in "$@"; do

@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -293,3 +293,25 @@ def read_stream(
 ) -> list[StreamedEvent]:
     """Every event of `node` in `stream`, read with an ordered push consumer."""
     return asyncio.run(read_stream_async(url, node, stream, **options))
+
+
+def cli(svc: ServeProcess, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    """Run `volfsm ARGS --data-dir <svc's>` in-process: (exit code, stdout, stderr)."""
+    from typer.testing import CliRunner
+
+    from volfsm.cli import app
+
+    result = CliRunner().invoke(app, [*args, "--data-dir", str(svc.data_dir)], input=stdin)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """Poll `check` until it returns something truthy (returned); fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not after {timeout}s: {what} (last: {found!r})")
+        time.sleep(0.05)

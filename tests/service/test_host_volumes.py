@@ -12,19 +12,16 @@ import os
 import socket
 import stat
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from events.types import VolumeMounted
 from tests.helpers.asuser import run_as_member
-from tests.service.helpers import ServeProcess, unmount_under
-from volfsm.cli import app
+from tests.service.helpers import ServeProcess, cli, unmount_under, until
 
 FS_GROUP = 2345
 USER = 1000
@@ -56,11 +53,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServeProce
         svc.kill()
         sock.close()
         unmount_under(tmp)
-
-
-def cli(svc: ServeProcess, *args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, [*args, "--data-dir", str(svc.data_dir)])
-    return result.exit_code, result.stdout, result.stderr
 
 
 def apply_pod(
@@ -98,17 +90,6 @@ def pod_volumes(svc: ServeProcess, name: str) -> dict[str, dict[str, Any]]:
     assert code == 0, err
     [pod] = json.loads(out)["items"]
     return {vol["name"]: vol for vol in pod["volumes"]}
-
-
-def until(what: str, check: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not after {timeout}s: {what}")
-        time.sleep(0.1)
 
 
 def wait_mounted(svc: ServeProcess, name: str) -> None:

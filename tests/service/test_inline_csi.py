@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import json
 import stat
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from events.types import VolumeMounted
 from tests.helpers.asuser import run_as_member
 from tests.helpers.csidriver import MIB, DriverProcess, cleanup_under, create_volume, mounts_at
-from tests.service.helpers import ServeProcess, unmount_under
-from volfsm.cli import app
+from tests.service.helpers import ServeProcess, cli, unmount_under, until
 
 DRIVER = "csi.volfsm.dev"
 FS_GROUP = 2345
@@ -54,11 +51,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServeProce
         unmount_under(tmp)
         drv.close()
         cleanup_under(tmp)
-
-
-def cli(svc: ServeProcess, *args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, [*args, "--data-dir", str(svc.data_dir)])
-    return result.exit_code, result.stdout, result.stderr
 
 
 def apply(svc: ServeProcess, obj: dict[str, Any]) -> None:
@@ -104,17 +96,6 @@ def scratch_volume(svc: ServeProcess, name: str) -> dict[str, Any]:
     [pod] = json.loads(out)["items"]
     [vol] = pod["volumes"]
     return dict(vol)
-
-
-def until(what: str, check: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not after {timeout}s: {what} ({found!r})")
-        time.sleep(0.1)
 
 
 def test_without_a_csidriver_object_an_inline_volume_is_refused(

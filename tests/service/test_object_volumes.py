@@ -17,7 +17,6 @@ import re
 import signal
 import stat
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,11 +24,9 @@ from typing import Any
 import jwt
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from events.types import OperationFailed, OperationStarted, VolumeMounted
-from tests.service.helpers import ServeProcess, unmount_under
-from volfsm.cli import app
+from tests.service.helpers import ServeProcess, cli, unmount_under, until
 from volfsm.node import mounts
 from volfsm.node.atomicwriter import DATA_DIR, TS_DIR_RE, read_payload
 
@@ -131,26 +128,10 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
         unmount_under(tmp)
 
 
-def cli(svc: ServeProcess, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, [*args, "--data-dir", str(svc.data_dir)], input=stdin)
-    return result.exit_code, result.stdout, result.stderr
-
-
 def apply(svc: ServeProcess, text: str) -> str:
     code, out, err = cli(svc, "apply", "-f", "-", stdin=text)
     assert code == 0, out + err
     return out
-
-
-def until(what: str, check: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not after {timeout}s: {what}")
-        time.sleep(0.05)
 
 
 def vol_dir(svc: ServeProcess, uid: str, plugin: str, name: str) -> Path:

@@ -21,12 +21,10 @@ from pathlib import Path
 import nats
 import pytest
 from nats.js.errors import NotFoundError
-from typer.testing import CliRunner
 
 from events.types import ObjectApplied, ObjectDeleted
 from tests.helpers.csidriver import DriverProcess, cleanup_under
-from tests.service.helpers import ServeProcess, unmount_under
-from volfsm.cli import app
+from tests.service.helpers import ServeProcess, cli, unmount_under
 
 SECRET = "Zq8-very-secret-value-7Rk"
 PEM_BODY = base64.b64encode(b"a certificate would be DER here").decode()
@@ -167,11 +165,6 @@ def manifest(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("manifests") / "docs.yaml"
     path.write_text(MANIFEST)
     return path
-
-
-def cli(svc: ServeProcess, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, [*args, "--data-dir", str(svc.data_dir)], input=stdin)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def listed(svc: ServeProcess, what: str) -> list[dict[str, object]]:

@@ -19,10 +19,8 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from tests.service.helpers import ServeProcess, unmount_under
-from volfsm.cli import app
+from tests.service.helpers import ServeProcess, cli, unmount_under
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +35,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServeProce
     finally:
         svc.kill()
         unmount_under(tmp)
-
-
-def cli(svc: ServeProcess, *args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, [*args, "--data-dir", str(svc.data_dir)])
-    return result.exit_code, result.stdout, result.stderr
 
 
 def apply(svc: ServeProcess, tmp: Path, name: str, *objects: dict[str, Any]) -> tuple[int, str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,10 @@ import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from typer.testing import CliRunner
 
 from events.types import OperationFailed, OperationStarted, VolumeMounted
 from tests.helpers import certsigner
-from tests.service.helpers import ServeProcess, unmount_under
-from volfsm.cli import app
+from tests.service.helpers import ServeProcess, cli, unmount_under, until
 from volfsm.node import mounts
 from volfsm.node.atomicwriter import read_payload
 
@@ -94,22 +91,6 @@ def svc(
     finally:
         service.kill()
         unmount_under(tmp)
-
-
-def cli(svc: ServeProcess, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, [*args, "--data-dir", str(svc.data_dir)], input=stdin)
-    return result.exit_code, result.stdout, result.stderr
-
-
-def until(what: str, check: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not after {timeout}s: {what}")
-        time.sleep(0.05)
 
 
 def events(svc: ServeProcess) -> list[Any]:

@@ -10,17 +10,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
 from events.types import VolumeConditionChanged, VolumeUsageChanged
 from tests.helpers.csidriver import MIB, DriverProcess, cleanup_under, create_volume
 from tests.helpers.prometheus import families, sample, samples, series
-from tests.service.helpers import EXAMPLES, ServeProcess, unmount_under
-from volfsm.cli import app
+from tests.service.helpers import EXAMPLES, ServeProcess, cli, unmount_under, until
 
 CLAIM = {"namespace": "default", "persistentvolumeclaim": "demo-claim"}
 PERIOD = "300ms"
@@ -53,26 +51,10 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServeProce
         cleanup_under(tmp)
 
 
-def cli(svc: ServeProcess, *args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, [*args, "--data-dir", str(svc.data_dir)])
-    return result.exit_code, result.stdout, result.stderr
-
-
 def metrics(svc: ServeProcess) -> str:
     status, text = svc.http_get("/metrics")
     assert status == 200
     return text
-
-
-def until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not after {timeout}s: {what}")
-        time.sleep(0.1)
 
 
 def volume(svc: ServeProcess) -> dict[str, Any]:

@@ -17,9 +17,12 @@ from volfsm.engine.operations import (
     EXPAND_VOLUME,
     FAILED_PRECONDITION,
     MAP_VOLUME,
+    UNMAP_VOLUME,
     VOLUME_MOUNT,
+    VOLUME_UNMOUNT,
     OperationGenerator,
     mount_key_pod,
+    unmount_key_pod,
 )
 from volfsm.engine.pending import NestedPendingOperations
 from volfsm.engine.reconciler import Reconciler
@@ -54,10 +57,12 @@ def restore_failures(
         if dv is None:
             continue
         pod = uid
+        plugin = generator.find_plugin(dv.source)
         if op.operation in (VOLUME_MOUNT, MAP_VOLUME):
-            plugin = generator.find_plugin(dv.source)
             if not isinstance(plugin, PluginError):
                 pod = mount_key_pod(plugin, dv, uid)
+        elif op.operation in (VOLUME_UNMOUNT, UNMAP_VOLUME):
+            pod = unmount_key_pod(plugin, dv, uid)
         restore_one(dv.volume_id, pod, op, op.retry_at_us)
     for vid, dev in asw.devices.items():
         op = dev.last_operation

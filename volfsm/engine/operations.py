@@ -76,6 +76,15 @@ def mount_key_pod(plugin: VolumePlugin, dv: DesiredVolume, pod_uid: str) -> str:
     return pod_uid
 
 
+def unmount_key_pod(plugin: VolumePlugin | PluginError, dv: DesiredVolume, pod_uid: str) -> str:
+    """Pod part of an unmount/unmap key: the pod (unmounts of pods run side by side, as in the
+    kubelet) unless the plugin mounts one pod at a time; then its teardowns do too, since they
+    undo the node state its mounts share (a local PV's global mount)."""
+    if isinstance(plugin, PluginError) or not plugin.mounts_one_pod_at_a_time(dv.source):
+        return pod_uid
+    return EMPTY_POD
+
+
 class OperationGenerator(MountSteps, TeardownSteps):
     """Builds the engine's operations; their bodies drive plugins and fire transitions
     (`volfsm.engine.mounting`, `volfsm.engine.teardown`, on `volfsm.engine.opcore`)."""
@@ -137,12 +146,13 @@ class OperationGenerator(MountSteps, TeardownSteps):
         """UnmountVolume / UnmapVolume for one pod (keyed per pod)."""
         block = dv.volume_mode == BLOCK
         body = self._unmap if block else self._unmount
+        plugin = self.find_plugin(dv.source)
         return self._operation(
             UNMAP_VOLUME if block else VOLUME_UNMOUNT,
             dv,
-            self.find_plugin(dv.source),
+            plugin,
             pod_uid=pod_uid,
-            pod_key=pod_uid,
+            pod_key=unmount_key_pod(plugin, dv, pod_uid),
             stream=podvol_stream(pod_uid, dv.name),
             reason=reason,
             body=lambda p: body(pod_uid, dv, p),
@@ -297,4 +307,5 @@ __all__ = [
     "confined",
     "mount_key_pod",
     "plugin_label",
+    "unmount_key_pod",
 ]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths.atomicchild import expected, payload
+from volfsm.node import atomicwriter
 from volfsm.node.atomicwriter import (
     DATA_DIR,
     DATA_DIR_TMP,
@@ -240,6 +241,28 @@ def test_a_reaper_keeps_a_replaced_dir_with_a_mount_inside(vol: Path, tmp_path: 
     writer.write({"keep": FileProjection(b"3")})  # its sweep hands the dir over again
     assert reaper.wait_idle(30)
     assert not (vol / first.data_dir).exists() and read_payload(vol) == {"keep": b"3"}
+
+
+def test_a_reaper_keeps_a_dir_with_another_filesystem_mounted_after_mountinfo_was_read(
+    vol: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mountinfo is read once per batch; a tmpfs mounted inside a retired dir after that read
+    (here: a mountinfo that never shows it) is still seen, by its device, and kept."""
+    monkeypatch.setattr(atomicwriter, "read_mountinfo", lambda: [])
+    reaper = DirReaper()
+    writer = AtomicWriter(vol, retire=reaper.retire)
+    first = writer.write({"keep": FileProjection(b"1")})
+    inside = vol / first.data_dir / "mounted"
+    inside.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(inside)], check=True)
+    try:
+        (inside / "precious").write_bytes(b"theirs")
+        writer.write({"keep": FileProjection(b"2")})
+        assert reaper.wait_idle(30)
+        assert (inside / "precious").read_bytes() == b"theirs"
+        assert reaper.removed == 0
+    finally:
+        subprocess.run(["umount", str(inside)], check=True)
 
 
 def _run_child(vol: Path, version: str, step: str) -> subprocess.Popen[bytes]:

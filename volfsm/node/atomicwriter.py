@@ -185,6 +185,24 @@ def _same_bytes(path: Path, data: bytes) -> bool:
         return False
 
 
+def holds_another_device(path: Path) -> bool:
+    """Whether anything at or under `path` lies on another filesystem than `path` itself.
+
+    Checked just before a removal, beside mountinfo: it sees a mount of
+    another filesystem made after mountinfo was read (a bind mount from the
+    same filesystem shows only in mountinfo). A payload dir holds a few files.
+    """
+    try:
+        device = os.lstat(path).st_dev
+        for root, dirs, files in os.walk(path):
+            for name in (*dirs, *files):
+                if os.lstat(os.path.join(root, name)).st_dev != device:
+                    return True
+    except FileNotFoundError:
+        return False
+    return False
+
+
 def _remove_own_dir(path: Path) -> bool:
     """Remove a timestamped dir this writer made; kept (False) if a mount is at or under it.
 
@@ -192,7 +210,7 @@ def _remove_own_dir(path: Path) -> bool:
     someone else's (a bind mount into a projected volume, say): `shutil.rmtree`
     would delete what is mounted, so the dir stays and the caller reports it.
     """
-    if mounts_under(path):
+    if mounts_under(path) or holds_another_device(path):
         return False
     shutil.rmtree(path, ignore_errors=True)
     return True
@@ -486,7 +504,7 @@ class DirReaper:
             return
         if os.path.realpath(path) != os.fspath(path):
             self._keep(path, "a symlink is on its path")
-        elif mounts_under(path, infos):
+        elif mounts_under(path, infos) or holds_another_device(path):
             self._keep(path, "a mount is inside it")
         else:
             shutil.rmtree(path, ignore_errors=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +79,20 @@ def test_sigterm_stops_cleanly_and_removes_socket(tmp_path: Path) -> None:
         assert drv.stop() == 0
     finally:
         drv.close()
+
+
+def test_a_socket_another_process_listens_on_is_kept(tmp_path: Path) -> None:
+    """A stale socket is replaced (above); a live one is someone else's: exit 2, untouched."""
+    sock = tmp_path / "csi.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as theirs:
+        theirs.bind(str(sock))
+        theirs.listen(1)
+        inode = sock.stat().st_ino
+        done = _run(
+            ["--endpoint", f"unix://{sock}", "--node-id", "n1", "--state-dir", str(tmp_path / "s")]
+        )
+        assert done.returncode == 2, done.stderr
+        assert "is in use: another process listens on it" in done.stderr
+        assert sock.stat().st_ino == inode
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(str(sock))  # still theirs, still listening

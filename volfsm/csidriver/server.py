@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import stat
 import threading
 from concurrent import futures
@@ -45,13 +46,25 @@ def socket_path(endpoint: str) -> Path:
 
 
 def _remove_stale_socket(path: Path) -> None:
+    """Remove a socket left by a driver that died; one a process still listens on is not
+    ours to take (another driver, or this one started twice): refused, left as it is."""
     try:
         st = path.lstat()
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(st.st_mode):
         raise EndpointError(f"{path} exists and is not a socket")
-    path.unlink()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2.0)
+        try:
+            probe.connect(os.fspath(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            pass  # nobody listens: a stale socket
+        except OSError as err:
+            raise EndpointError(f"{path}: cannot tell whether it is in use ({err}); kept") from err
+        else:
+            raise EndpointError(f"{path} is in use: another process listens on it; kept")
+    path.unlink(missing_ok=True)
 
 
 class Driver:

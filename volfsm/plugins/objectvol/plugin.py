@@ -240,7 +240,7 @@ class ObjectVolumePlugin(VolumePlugin):
             raise PluginError(exc.code, f"{where}: {exc}", ErrorClass.TRANSIENT) from None
         except AtomicWriteError as exc:
             raise PluginError("InvalidPath", f"{where}: {exc}", ErrorClass.TRANSIENT) from None
-        mount_found = self._wrap(volume_dir, self._tmpfs_size(req, ctx.pod))
+        mount_found = self._wrap(volume_dir, lambda: self._tmpfs_size(req, ctx.pod))
         owned: list[OwnershipResult] = []
 
         def set_perms(top: Path) -> None:
@@ -277,9 +277,10 @@ class ObjectVolumePlugin(VolumePlugin):
         )
         return memory_volume_size(wrapped, int(memory) if memory else None)
 
-    def _wrap(self, volume_dir: Path, size: int | None) -> bool | None:
-        """The wrapped emptyDir: the dir, with a tmpfs of `size` bytes for the memory plugins
-        (an existing tmpfs is kept as it is, as the kubelet's wrapper does)."""
+    def _wrap(self, volume_dir: Path, size: Callable[[], int | None]) -> bool | None:
+        """The wrapped emptyDir: the dir, with a tmpfs of `size()` bytes for the memory plugins
+        (an existing tmpfs is kept as it is, as the kubelet's wrapper does; the size is worked
+        out only for a new one)."""
         try:
             self.layout.ensure_dir(volume_dir)
             ensure_mode(volume_dir, VOLUME_DIR_MODE)
@@ -300,7 +301,7 @@ class ObjectVolumePlugin(VolumePlugin):
             return True
         try:
             with self.layout.pin(volume_dir) as target:
-                mounts.mount_tmpfs(target, size)
+                mounts.mount_tmpfs(target, size())
         except UnsafePathError as exc:
             raise PluginError("UnsafePath", str(exc), ErrorClass.TRANSIENT) from None
         except mounts.MountError as exc:

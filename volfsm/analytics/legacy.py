@@ -315,23 +315,7 @@ class SQLiteStore:
 
     def nodes(self) -> list[NodeStats]:
         """Per-node counters."""
-        return [
-            NodeStats(
-                node=r[0],
-                events=r[1],
-                first_seq=r[2],
-                last_seq=r[3],
-                first_us=r[4],
-                last_us=r[5],
-                reconstructions=r[6],
-                restarts=r[7],
-                interrupted_ops=r[8],
-                last_reconstructed=bool(r[9]),
-                last_stream_us=r[10],
-                publish_lag_s=r[11],
-            )
-            for r in self._conn.execute("SELECT * FROM nodes ORDER BY node")
-        ]
+        return [node_stats(r) for r in self._conn.execute("SELECT * FROM nodes ORDER BY node")]
 
     def op_rows(
         self, since_us: int | None = None
@@ -459,3 +443,21 @@ _TABLES = frozenset(
         "nodes",
     }
 )
+
+
+def node_stats(r: tuple[Any, ...]) -> NodeStats:
+    """A row of the SQLite store's `nodes` table (`SELECT *`) as NodeStats."""
+    return NodeStats(
+        node=r[0],
+        events=r[1],
+        first_seq=r[2],
+        last_seq=r[3],
+        first_us=r[4],
+        last_us=r[5],
+        reconstructions=r[6],
+        restarts=r[7],
+        interrupted_ops=r[8],
+        last_reconstructed=bool(r[9]),
+        last_stream_us=r[10],
+        publish_lag_s=r[11],
+    )

@@ -20,8 +20,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from projections.analytics import ROW_COLUMNS, NodeStats, OpenOp, PendingPod, UncertainSpan
+from projections.analytics import ROW_COLUMNS, OpenOp, PendingPod, UncertainSpan
 from volfsm.analytics.columns import EVENTS, READY, SAMPLES, SPANS, Table
+from volfsm.analytics.legacy import node_stats
 from volfsm.analytics.store import (
     STORE_FORMAT,
     AnalyticsStore,
@@ -82,23 +83,6 @@ def _chunks(conn: sqlite3.Connection, sql: str, table: Table) -> Iterator[pa.Tab
         yield pa.Table.from_arrays(arrays, schema=table.schema)
 
 
-def _node_stats(r: tuple[Any, ...]) -> NodeStats:
-    return NodeStats(
-        node=r[0],
-        events=r[1],
-        first_seq=r[2],
-        last_seq=r[3],
-        first_us=r[4],
-        last_us=r[5],
-        reconstructions=r[6],
-        restarts=r[7],
-        interrupted_ops=r[8],
-        last_reconstructed=bool(r[9]),
-        last_stream_us=r[10],
-        publish_lag_s=r[11],
-    )
-
-
 def _old_state(conn: sqlite3.Connection) -> StoreState:
     ranges: dict[str, list[list[int]]] = {}
     for node, lo, hi in conn.execute("SELECT node, lo, hi FROM applied ORDER BY node, lo"):
@@ -117,7 +101,7 @@ def _old_state(conn: sqlite3.Connection) -> StoreState:
             PendingPod(n, p, t, set(w.split(",")) if w else set(), v)
             for n, p, t, w, v in conn.execute("SELECT * FROM pending_pods")
         ],
-        nodes=[_node_stats(r) for r in conn.execute("SELECT * FROM nodes ORDER BY node")],
+        nodes=[node_stats(r) for r in conn.execute("SELECT * FROM nodes ORDER BY node")],
     )
 
 

@@ -77,31 +77,26 @@ def request(
     """
     if not supported(url, options):
         raise Unsupported(url)
-    last: Exception | None = None
-    for server in split_servers(url):
-        try:
-            sock = _open(server, timeout)
-        except OSError as exc:
-            last = exc
-            continue
-        with sock:
-            return _Session(sock, time.monotonic() + timeout).request(
-                server, subject, payload, options
-            )
-    raise Unreachable(f"cannot reach NATS at {url}: {last}")
+    server, sock = _first_server(url, timeout)
+    with sock:
+        return _Session(sock, time.monotonic() + timeout).request(server, subject, payload, options)
 
 
 def server_info(url: str, *, timeout: float) -> dict[str, Any]:
     """The INFO of the first server of the list that answers (max_payload, ...)."""
+    _, sock = _first_server(url, timeout)
+    with sock:
+        return _Session(sock, time.monotonic() + timeout)._info()
+
+
+def _first_server(url: str, timeout: float) -> tuple[str, socket.socket]:
+    """(server, its open socket) of the first server of the list that accepts a connection."""
     last: Exception | None = None
     for server in split_servers(url):
         try:
-            sock = _open(server, timeout)
+            return server, _open(server, timeout)
         except OSError as exc:
             last = exc
-            continue
-        with sock:
-            return _Session(sock, time.monotonic() + timeout)._info()
     raise Unreachable(f"cannot reach NATS at {url}: {last}")
 
 

@@ -28,16 +28,25 @@ non-gRPC errors as non-final, to be on the safe side).
 from __future__ import annotations
 
 import abc
+import contextlib
 import enum
+import errno
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from events.types import DesiredVolume, VolumeSource
 from volfsm.errors import VolfsmError
-from volfsm.node.layout import VOLUME_DEVICES, RootLayout, escape_plugin_name
-from volfsm.node.mounts import MountInfo
+from volfsm.node.layout import (
+    VOLUME_DEVICES,
+    PathInUseError,
+    RootLayout,
+    UnsafePathError,
+    escape_plugin_name,
+)
+from volfsm.node.mounts import MountError, MountInfo
 
 FILESYSTEM = "Filesystem"
 BLOCK = "Block"
@@ -64,6 +73,29 @@ class PluginError(VolfsmError):
     def final(self) -> bool:
         """True when the operation is known to have finished (IsOperationFinishedError)."""
         return self.error_class is ErrorClass.FINAL
+
+
+def os_error(exc: OSError, what: str, error_class: ErrorClass) -> PluginError:
+    """`exc` as a PluginError coded by its errno name ("EACCES", ...)."""
+    code = errno.errorcode.get(exc.errno or 0, "OSError")
+    return PluginError(code, f"{what}: {exc.strerror or exc}", error_class)
+
+
+@contextlib.contextmanager
+def teardown_errors(volume_dir: Path) -> Iterator[None]:
+    """What a teardown of the files under `volume_dir` can meet, as UNCERTAIN PluginErrors
+    (the volume may still be there): a symlink on the way, a mount inside, a failed unmount,
+    any other OS error."""
+    try:
+        yield
+    except UnsafePathError as exc:
+        raise PluginError("UnsafePath", str(exc), ErrorClass.UNCERTAIN) from None
+    except PathInUseError as exc:
+        raise PluginError("MountedInside", str(exc), ErrorClass.UNCERTAIN) from None
+    except MountError as exc:
+        raise PluginError(exc.code, str(exc), ErrorClass.UNCERTAIN) from None
+    except OSError as exc:
+        raise os_error(exc, f"removing {volume_dir}", ErrorClass.UNCERTAIN) from None
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,6 @@ entry Uncertain, while a plain one is just a directory.
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import stat
 from dataclasses import replace
@@ -69,6 +68,8 @@ from volfsm.plugins.base import (
     PodVolumeDir,
     VolumePlugin,
     VolumeRequest,
+    os_error,
+    teardown_errors,
 )
 
 MEDIUM_DEFAULT = ""
@@ -81,11 +82,6 @@ _MEMORY_FS = frozenset({"tmpfs", "hugetlbfs"})
 _MAX_STACKED = 16
 KEPT_OWNER = " the log did not create"
 NOT_UNDER_VOLUMES = "an emptyDir entry that is not a directory under volumes/"
-
-
-def _os_error(exc: OSError, what: str, error_class: ErrorClass) -> PluginError:
-    code = errno.errorcode.get(exc.errno or 0, "OSError")
-    return PluginError(code, f"{what}: {exc.strerror or exc}", error_class)
 
 
 class EmptyDirPlugin(VolumePlugin):
@@ -208,7 +204,7 @@ class EmptyDirPlugin(VolumePlugin):
             error_class = ErrorClass.UNCERTAIN if medium == MEDIUM_MEMORY else ErrorClass.FINAL
             if isinstance(exc, UnsafePathError):
                 raise PluginError("UnsafePath", str(exc), error_class) from None
-            raise _os_error(exc, f"marking {meta_dir} ready", error_class) from None
+            raise os_error(exc, f"marking {meta_dir} ready", error_class) from None
         return result
 
     def _make_volume_dir(self, volume_dir: Path) -> None:
@@ -221,7 +217,7 @@ class EmptyDirPlugin(VolumePlugin):
         except UnsafePathError as exc:
             raise PluginError("UnsafePath", str(exc), ErrorClass.TRANSIENT) from None
         except OSError as exc:
-            raise _os_error(exc, f"creating {volume_dir}", ErrorClass.FINAL) from None
+            raise os_error(exc, f"creating {volume_dir}", ErrorClass.FINAL) from None
 
     def _mount_tmpfs(self, volume_dir: Path, size_limit: int | None) -> MountResult:
         existing = mounts.find_mount(volume_dir)
@@ -241,7 +237,7 @@ class EmptyDirPlugin(VolumePlugin):
             except mounts.MountError as exc:
                 raise PluginError(exc.code, str(exc), ErrorClass.FINAL) from None
             except OSError as exc:
-                raise _os_error(exc, f"mounting tmpfs on {volume_dir}", ErrorClass.FINAL) from None
+                raise os_error(exc, f"mounting tmpfs on {volume_dir}", ErrorClass.FINAL) from None
         found = mounts.find_mount(volume_dir)
         mounted = found is not None and found.fstype == "tmpfs"
         detail = "tmpfs"
@@ -292,19 +288,11 @@ class EmptyDirPlugin(VolumePlugin):
 
     def _tear_down(self, req: VolumeRequest) -> str | None:
         volume_dir, meta_dir = self._paths(req)
-        try:
+        with teardown_errors(volume_dir):
             if req.keep_files:
                 return self._tear_down_keeping(volume_dir, meta_dir)
             self.layout.remove_tree(meta_dir)
             self._unmount_and_remove(volume_dir)
-        except UnsafePathError as exc:
-            raise PluginError("UnsafePath", str(exc), ErrorClass.UNCERTAIN) from None
-        except PathInUseError as exc:
-            raise PluginError("MountedInside", str(exc), ErrorClass.UNCERTAIN) from None
-        except mounts.MountError as exc:
-            raise PluginError(exc.code, str(exc), ErrorClass.UNCERTAIN) from None
-        except OSError as exc:
-            raise _os_error(exc, f"removing {volume_dir}", ErrorClass.UNCERTAIN) from None
         return None
 
     def _tear_down_keeping(self, volume_dir: Path, meta_dir: Path) -> str | None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import errno
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -62,6 +61,8 @@ from volfsm.plugins.base import (
     PodVolumeDir,
     VolumePlugin,
     VolumeRequest,
+    os_error,
+    teardown_errors,
 )
 from volfsm.plugins.emptydir import memory_volume_size
 from volfsm.plugins.objectvol.certs import CertManager
@@ -124,11 +125,6 @@ def find_pod(store: ObjectStore, uid: str, namespace: str = "", name: str = "") 
         if stored.uid == uid and isinstance(stored.obj, Pod):
             return stored.obj
     return None
-
-
-def _os_error(exc: OSError, what: str, error_class: ErrorClass) -> PluginError:
-    code = errno.errorcode.get(exc.errno or 0, "OSError")
-    return PluginError(code, f"{what}: {exc.strerror or exc}", error_class)
 
 
 class ObjectVolumePlugin(VolumePlugin):
@@ -287,7 +283,7 @@ class ObjectVolumePlugin(VolumePlugin):
         except UnsafePathError as exc:
             raise PluginError("UnsafePath", str(exc), ErrorClass.TRANSIENT) from None
         except OSError as exc:
-            raise _os_error(exc, f"creating {volume_dir}", ErrorClass.FINAL) from None
+            raise os_error(exc, f"creating {volume_dir}", ErrorClass.FINAL) from None
         if not self.memory:
             return None
         existing = mounts.find_mount(volume_dir)
@@ -322,19 +318,11 @@ class ObjectVolumePlugin(VolumePlugin):
             self.shared.tokens.forget_pod(req.pod_uid)
         if self.shared.certs is not None:
             self.shared.certs.forget_pod(req.pod_uid)
-        try:
+        with teardown_errors(volume_dir):
             if req.keep_files:
                 return self._tear_down_keeping(volume_dir)
             self._unmount(volume_dir)
             self.layout.remove_tree(volume_dir)
-        except UnsafePathError as exc:
-            raise PluginError("UnsafePath", str(exc), ErrorClass.UNCERTAIN) from None
-        except PathInUseError as exc:
-            raise PluginError("MountedInside", str(exc), ErrorClass.UNCERTAIN) from None
-        except mounts.MountError as exc:
-            raise PluginError(exc.code, str(exc), ErrorClass.UNCERTAIN) from None
-        except OSError as exc:
-            raise _os_error(exc, f"removing {volume_dir}", ErrorClass.UNCERTAIN) from None
         return None
 
     def _unmount(self, volume_dir: Path) -> None:

@@ -44,6 +44,7 @@ MISTAKES: list[tuple[str, list[str], dict[str, str]]] = [
     ("export format", ["export", "--db", str(INCIDENT), "-o", "csv", "--out-file", "x"], {}),
     ("html without a file", ["timeline", "--db", str(INCIDENT), "-o", "html"], {}),
     ("bad stats period", ["serve", "--volume-stats-agg-period", "1 min", "--data-dir", "d"], {}),
+    ("bad cert command", ["serve", "--cert-command", "'sign", "--data-dir", "d"], {}),
     ("negative timeout", ["wait", "pod", "a/b", "--for", "mounted", "--timeout", "-1"], {}),
     ("user without password", ["get", "pods", "--nats", NOWHERE, "--nats-user", "u"], {}),
     ("missing TLS cert", ["stream", "check", "--nats", NOWHERE, "--nats-tls-cert", "nope"], {}),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import socket
 import ssl
 import tomllib
@@ -551,6 +552,17 @@ def _duration(layered: Layered, key: str) -> float:
         raise ConfigError(f"{layered.where(key)}: {exc}") from None
 
 
+def _command(layered: Layered, key: str) -> str:
+    """A command option as given, once it splits like a shell line ("" stays "")."""
+    text: str = getattr(layered.config, key)
+    try:
+        if text and not shlex.split(text):
+            raise ValueError("no command in it")
+    except ValueError as exc:
+        raise ConfigError(f"{layered.where(key)}: not a command line ({exc}): {text!r}") from None
+    return text
+
+
 def resolve(layered: Layered) -> Settings:
     """Check the options together and resolve defaults; ConfigError names the option.
 
@@ -626,8 +638,8 @@ def resolve(layered: Layered) -> Settings:
         adopt_root_dir=cfg.adopt_root_dir,
         stream_setup=cfg.stream_setup,
         volume_stats_period=_duration(layered, "volume_stats_agg_period"),
-        token_command=cfg.token_command,
-        cert_command=cfg.cert_command,
+        token_command=_command(layered, "token_command"),
+        cert_command=_command(layered, "cert_command"),
         token_max_ttl=cfg.token_max_ttl,
         csi_republish_period=cfg.csi_republish_period,
         node_labels=_labels(layered),

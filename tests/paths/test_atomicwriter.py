@@ -265,6 +265,38 @@ def test_a_reaper_keeps_a_dir_with_another_filesystem_mounted_after_mountinfo_wa
         subprocess.run(["umount", str(inside)], check=True)
 
 
+@pytest.mark.parametrize("kind", ["bind", "file-bind"])
+def test_a_reaper_keeps_a_dir_with_a_same_filesystem_bind_mount_made_after_mountinfo_was_read(
+    vol: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A bind mount from the same filesystem changes no device number; made after the batch's
+    mountinfo read (here: a mountinfo that never shows it), it is still not crossed."""
+    monkeypatch.setattr(atomicwriter, "read_mountinfo", lambda: [])
+    monkeypatch.setattr(atomicwriter, "mounts_under", lambda *_: [])
+    reaper = DirReaper()
+    writer = AtomicWriter(vol, retire=reaper.retire)
+    first = writer.write({"keep": FileProjection(b"1")})
+    theirs = tmp_path / "their-data"
+    theirs.mkdir()
+    (theirs / "precious").write_bytes(b"theirs")
+    source, inside = theirs, vol / first.data_dir / "bound"
+    if kind == "file-bind":
+        source, inside = theirs / "precious", vol / first.data_dir / "bound-file"
+        inside.write_bytes(b"")
+    else:
+        inside.mkdir()
+    assert os.stat(source).st_dev == os.stat(inside).st_dev
+    subprocess.run(["mount", "--bind", str(source), str(inside)], check=True)
+    try:
+        writer.write({"keep": FileProjection(b"2")})
+        assert reaper.wait_idle(30)
+        assert reaper.removed == 0 and inside.exists()
+    finally:
+        subprocess.run(["umount", str(inside)], check=True)
+    assert (theirs / "precious").read_bytes() == b"theirs"
+    assert read_payload(vol) == {"keep": b"2"}
+
+
 def _run_child(vol: Path, version: str, step: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.paths.atomicchild", str(vol), version, step], cwd=REPO

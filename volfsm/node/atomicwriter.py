@@ -46,16 +46,17 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import shutil
 import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from loguru import logger
 
+from volfsm.node.layout import PathInUseError, remove_own_tree
 from volfsm.node.mounts import MountInfo, mounts_under, read_mountinfo
 
 DATA_DIR = "..data"
@@ -185,34 +186,20 @@ def _same_bytes(path: Path, data: bytes) -> bool:
         return False
 
 
-def holds_another_device(path: Path) -> bool:
-    """Whether anything at or under `path` lies on another filesystem than `path` itself.
-
-    Checked just before a removal, beside mountinfo: it sees a mount of
-    another filesystem made after mountinfo was read (a bind mount from the
-    same filesystem shows only in mountinfo). A payload dir holds a few files.
-    """
-    try:
-        device = os.lstat(path).st_dev
-        for root, dirs, files in os.walk(path):
-            for name in (*dirs, *files):
-                if os.lstat(os.path.join(root, name)).st_dev != device:
-                    return True
-    except FileNotFoundError:
-        return False
-    return False
-
-
 def _remove_own_dir(path: Path) -> bool:
     """Remove a timestamped dir this writer made; kept (False) if a mount is at or under it.
 
     Such a dir holds only the files the writer put there. A mount inside it is
-    someone else's (a bind mount into a projected volume, say): `shutil.rmtree`
-    would delete what is mounted, so the dir stays and the caller reports it.
+    someone else's (a bind mount into a projected volume, say): the dir stays
+    and the caller reports it. mountinfo is the first check; `remove_own_tree`
+    also refuses a mount made after it was read (it never enters another mount).
     """
-    if mounts_under(path) or holds_another_device(path):
+    if mounts_under(path):
         return False
-    shutil.rmtree(path, ignore_errors=True)
+    try:
+        remove_own_tree(path)
+    except PathInUseError:
+        return False
     return True
 
 
@@ -358,7 +345,8 @@ class AtomicWriter:
             os.rename(tmp, self.target_dir / DATA_DIR)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            shutil.rmtree(self.target_dir / new_name, ignore_errors=True)
+            with suppress(OSError, PathInUseError):  # a leftover: the next write sweeps it
+                remove_own_tree(self.target_dir / new_name)
             raise self._fail(
                 f"error swapping {DATA_DIR} to the new payload: {exc.strerror}"
             ) from None
@@ -410,7 +398,9 @@ class DirReaper:
     directory, no symlink is on its path, ``..data`` beside it does not point
     at it, and nothing is mounted at or under it: mountinfo is read after a
     batch is taken from the queue and again when that copy is older than
-    `MOUNTINFO_MAX_AGE_S`. A dir with a mount inside is kept and logged once.
+    `MOUNTINFO_MAX_AGE_S`; the removal itself works on directory fds and
+    enters no mount, also one made since (`remove_own_tree`). A dir with a
+    mount inside is kept and logged once.
     A batch starts when retirements pause (`REAP_QUIET_S`, at most
     `REAP_MAX_DELAY_S` after the first waiting one). `settle` drops a
     volume's queued dirs and waits for the one being removed, before a
@@ -504,11 +494,15 @@ class DirReaper:
             return
         if os.path.realpath(path) != os.fspath(path):
             self._keep(path, "a symlink is on its path")
-        elif mounts_under(path, infos) or holds_another_device(path):
+        elif mounts_under(path, infos):
             self._keep(path, "a mount is inside it")
         else:
-            shutil.rmtree(path, ignore_errors=True)
-            self.removed += 1
+            try:
+                remove_own_tree(path)
+            except PathInUseError as exc:  # mounted since mountinfo was read
+                self._keep(path, exc.reason)
+            else:
+                self.removed += 1
 
     def _keep(self, path: Path, why: str) -> None:
         if path not in self._kept:  # a later write's sweep hands it over again

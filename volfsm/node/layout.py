@@ -505,6 +505,36 @@ class RootLayout:
             return False
 
 
+def remove_own_tree(path: Path) -> None:
+    """Remove the directory `path` and everything below it that lies on its parent's mount.
+
+    For trees volfsm made inside a volume dir (the atomic writer's timestamped
+    payload dirs). Works on directory fds, never following a symlink: `path`
+    itself must be on the same mount as its parent, and every directory below
+    is opened and checked for device and mount id before anything in it is
+    removed, so a mount made at any time - also a bind mount from the same
+    filesystem, which changes no device number - is never entered; a file
+    with a mount on it cannot be unlinked (EBUSY). Either raises
+    `PathInUseError`, and what belongs to the mount stays; entries already
+    removed were the tree's own. Missing `path`: nothing to do.
+    """
+    try:
+        parent = os.open(path.parent, _DIR_FLAGS)
+    except FileNotFoundError:
+        return
+    try:
+        outer, inner = fd_mount_id(parent), _mount_id_of_child(parent, path.name)
+        if outer is not None and inner is not None and outer != inner:
+            raise PathInUseError(path, "is a mount point; not crossing it")
+        _remove_entry_tree(parent, path.name, path)
+    except OSError as exc:
+        if exc.errno == errno.EBUSY:
+            raise PathInUseError(path, "has a mount point inside it") from None
+        raise
+    finally:
+        os.close(parent)
+
+
 # ------------------------------------------------------------ fd-level helpers
 
 

@@ -144,6 +144,48 @@ def test_binary_tags_are_refused() -> None:
     assert "!!binary is not supported" in str(info.value)
 
 
+def test_a_key_written_twice_is_refused_as_kubectl_refuses_it() -> None:
+    # kubectl: `yaml: unmarshal errors: line 9: mapping key "volumes" already defined at
+    # line 6`; silently taking the last would drop the first list of volumes
+    text = textwrap.dedent(
+        """\
+        apiVersion: v1
+        kind: Pod
+        metadata: {name: twice}
+        spec:
+          containers: [{name: c, image: x}]
+          volumes:
+          - {name: a, emptyDir: {}}
+          nodeName: n1
+          "volumes":
+          - {name: b, emptyDir: {}}
+        """
+    )
+    with pytest.raises(LoadError) as info:
+        parse_objects(text, "pod.yaml")
+    assert str(info.value) == (
+        'pod.yaml: document 0: invalid YAML at line 9, column 3: mapping key "volumes" '
+        "already defined at line 6"
+    )
+
+
+def test_a_key_a_merge_brought_may_be_overridden() -> None:
+    obj = one(
+        """
+        kind: ConfigMap
+        base: &base {name: cfg, defaultMode: 0644, optional: true}
+        again:
+          <<: *base
+          defaultMode: 420
+        both:
+          <<: [{a: 1, b: 1}, {a: 2, c: 2}]
+          c: 3
+        """
+    )
+    assert obj["again"] == {"name": "cfg", "defaultMode": 420, "optional": True}
+    assert obj["both"] == {"a": 1, "b": 1, "c": 3}
+
+
 # ------------------------------------------------- a documentation manifest
 
 DOCS = """\

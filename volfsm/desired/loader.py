@@ -18,7 +18,9 @@ go-yaml v2), so a manifest kubectl accepts means the same here:
   booleans in boolean fields, so both cases mean what kubectl means;
 * a plain mapping key is the text as written (`on:` is the key "on", where
   kubectl would make it "true");
-* `!!binary` values are refused (kubectl refuses them too).
+* `!!binary` values are refused (kubectl refuses them too);
+* a key written twice in one mapping is refused, as kubectl refuses it (a key a `<<`
+  merge brought in may be overridden).
 """
 
 from __future__ import annotations
@@ -92,14 +94,30 @@ def _go_float(text: str) -> float:
     return float(plain)
 
 
+def _refuse_repeated(key: Any, key_node: Node, first_line: dict[Any, int]) -> None:
+    """Note where `key` is written in its mapping; refuse it written a second time, with
+    go-yaml's words (kubectl: `mapping key "volumes" already defined at line 6`)."""
+    if key in first_line:
+        raise yaml.constructor.ConstructorError(
+            None,
+            None,
+            f"mapping key {json.dumps(str(key))} already defined at line {first_line[key]}",
+            key_node.start_mark,
+        )
+    first_line[key] = key_node.start_mark.line + 1
+
+
 class _ObjectLoader(_BaseLoader):  # type: ignore[valid-type,misc]
     """A safe loader with kubectl's scalars (see the module docstring)."""
 
     def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
-        """A mapping whose plain scalar keys are the text as written."""
+        """A mapping whose plain scalar keys are the text as written; a key written twice
+        is refused, as kubectl refuses it (a key a `<<` merge brought may be overridden)."""
+        own = {id(key) for key, _ in node.value if key.tag != _MERGE_TAG}
         if isinstance(node, MappingNode):
             self.flatten_mapping(node)
         mapping: dict[Any, Any] = {}
+        first_line: dict[Any, int] = {}
         for key_node, value_node in node.value:
             if isinstance(key_node, ScalarNode) and not key_node.style:  # plain ('' from libyaml)
                 key: Any = key_node.value
@@ -114,6 +132,8 @@ class _ObjectLoader(_BaseLoader):  # type: ignore[valid-type,misc]
                     "found a key that is not a scalar",
                     key_node.start_mark,
                 ) from None
+            if id(key_node) in own:  # written here, not brought by a merge
+                _refuse_repeated(key, key_node, first_line)
             mapping[key] = self.construct_object(value_node, deep=deep)
         return mapping
 

@@ -63,6 +63,20 @@ def test_without_its_claim_the_pod_is_accepted_waiting_for_it() -> None:
     assert "ownerReference to pod uid uid-web (controller: true)" in waiting.reason
 
 
+def test_a_template_with_labels_and_no_name_is_accepted() -> None:
+    # the documentation's shape: metadata with labels only (a name is not allowed there)
+    template = {
+        "metadata": {"labels": {"type": "scratch"}, "annotations": {"note": "x"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "scratch-class"},
+    }
+    labelled = {"name": "scratch", "ephemeral": {"volumeClaimTemplate": template}}
+    dsw = DesiredStateOfWorld(can_serve)
+    volume = pv(claim=("default", "web-scratch"))
+    plan = dsw.plan_apply([volume, owned_claim("uid-web"), pod(volumes=[labelled])])
+    [added] = [c.body for c in plan.changes if isinstance(c.body, PodAdded)]
+    assert isinstance(added, PodAdded) and added.volumes[0].claim_name == "web-scratch"
+
+
 @pytest.mark.parametrize(("owner", "controller"), [("uid-other", True), ("uid-web", False)])
 def test_a_claim_the_pod_does_not_control_is_refused(owner: str, controller: bool) -> None:
     dsw = DesiredStateOfWorld(can_serve)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,10 @@ from tests.desired.builders import (
     snapshot,
 )
 from volfsm.desired import DesiredStateOfWorld, InvalidObjectError
+from volfsm.desired.errors import InvalidObjectsError
+from volfsm.node.layout import RootLayout
+from volfsm.plugins.catalog import PluginCatalog
+from volfsm.plugins.emptydir import EmptyDirPlugin
 
 
 @pytest.fixture
@@ -165,8 +170,57 @@ def test_null_volume_source(dsw: DesiredStateOfWorld) -> None:
 
 
 def test_invalid_empty_dir_medium(dsw: DesiredStateOfWorld) -> None:
-    obj = pod(volumes=[{"name": "a", "emptyDir": {"medium": "HugePages"}}])
-    rejected(dsw, [obj], "Pod default/web: spec.volumes[0].emptyDir.medium", "'HugePages'")
+    for medium in ("Disk", "memory", "HugePages-lots"):
+        obj = pod(volumes=[{"name": "a", "emptyDir": {"medium": medium}}])
+        rejected(dsw, [obj], "Pod default/web: spec.volumes[0].emptyDir.medium", repr(medium))
+
+
+def test_huge_pages_media_are_valid_but_not_served(tmp_path: Path) -> None:
+    # valid API values (the kubelet mounts hugetlbfs for them); the emptyDir plugin does not
+    # serve them, and the refusal says so in one line rather than calling the manifest invalid
+    catalog = PluginCatalog()
+    catalog.register(EmptyDirPlugin(RootLayout(tmp_path)))
+    dsw = DesiredStateOfWorld(catalog.can_serve)
+    for medium in ("HugePages", "HugePages-2Mi", "HugePages-1Gi"):
+        obj = pod(volumes=[{"name": "huge", "emptyDir": {"medium": medium}}])
+        rejected(
+            dsw,
+            [obj],
+            "Pod default/web: spec.volumes[0].emptyDir",
+            f"emptyDir medium '{medium}' is not served on this node: volfsm mounts no hugetlbfs",
+        )
+
+
+def test_volume_mounts_are_checked_as_the_api_server_checks_them(
+    dsw: DesiredStateOfWorld,
+) -> None:
+    obj = pod(volumes=[{"name": "cache", "emptyDir": {}}])
+    obj["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "cache", "mountPath": "/cache", "subPath": "logs/app"},
+        {"name": "config", "mountPath": "/config"},
+    ]
+    obj["spec"]["initContainers"] = [
+        {
+            "name": "init",
+            "volumeMounts": [
+                {"name": "cache"},
+                {"name": "cache", "mountPath": "/a", "subPath": "../up"},
+                {"name": "cache", "mountPath": "/b", "subPath": "x", "subPathExpr": "$(POD)"},
+            ],
+        }
+    ]
+    before = snapshot(dsw)
+    with pytest.raises(InvalidObjectsError) as info:
+        dsw.plan_apply([obj])
+    init = "Pod default/web: spec.initContainers[0].volumeMounts"
+    assert str(info.value).splitlines() == [
+        "Pod default/web: spec.containers[0].volumeMounts[1].name: not found: the pod has no "
+        "volume 'config'",
+        f"{init}[0].mountPath: required",
+        f"{init}[1].subPath: must not contain '..'",
+        f"{init}[2].subPathExpr: subPathExpr and subPath are mutually exclusive",
+    ]
+    assert snapshot(dsw) == before
 
 
 def test_invalid_empty_dir_size_limit(dsw: DesiredStateOfWorld) -> None:
@@ -212,7 +266,14 @@ def test_claim_in_another_namespace_is_not_found(dsw: DesiredStateOfWorld) -> No
 
 
 def test_claim_not_bound_waits(dsw: DesiredStateOfWorld) -> None:
-    waits(dsw, [pvc(volume="", phase="Pending"), pod()], "data", "not bound yet")
+    # a node has no PV controller: the reason says what to apply instead
+    waits(
+        dsw,
+        [pvc(volume="", phase="Pending"), pod()],
+        "data",
+        "not bound yet (spec.volumeName is empty; the PV controller binds claims and volfsm "
+        "has none: apply the claim with spec.volumeName naming its PersistentVolume)",
+    )
 
 
 def test_claim_with_volume_name_but_pending_phase(dsw: DesiredStateOfWorld) -> None:

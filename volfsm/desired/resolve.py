@@ -169,6 +169,13 @@ def claim_binding_problem(pvc: PersistentVolumeClaim, pv: PersistentVolume) -> t
     return ("", "")
 
 
+UNBOUND = (
+    "spec.volumeName is empty; the PV controller binds claims and volfsm has none: apply the "
+    "claim with spec.volumeName naming its PersistentVolume"
+)
+"""Why a claim with no volumeName waits: what would bind it in a cluster, what to do here."""
+
+
 def _resolve_claim(
     pod: Pod, volume: Volume, path: str, lookup: ObjectLookup, can_serve: CanServe
 ) -> DesiredVolume:
@@ -182,7 +189,7 @@ def _resolve_claim(
         raise WaitsError(PendingVolume(name=volume.name, waits_for=key, reason="not found yet"))
     phase = pvc.status.phase if pvc.status else ""
     if not pvc.spec.volume_name or phase not in ("", "Bound"):
-        why = f"phase {phase}" if phase not in ("", "Bound") else "spec.volumeName is empty"
+        why = UNBOUND if not pvc.spec.volume_name else f"phase {phase}"
         reason = f"not bound yet ({why})"
         raise WaitsError(PendingVolume(name=volume.name, waits_for=key, reason=reason))
     pv = lookup.volume(pvc.spec.volume_name)

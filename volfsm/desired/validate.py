@@ -141,7 +141,44 @@ def validate_pod(pod: Pod) -> None:
             )
             continue
         volume_problems(volume, path, problems)
+    _volume_mount_problems(pod, set(seen), problems)
     problems.raise_if_any()
+
+
+def _volume_mount_problems(pod: Pod, volume_names: set[str], problems: Problems) -> None:
+    """Every container's and init container's volumeMounts, as the API server checks them:
+    each names a volume of the pod and has a mountPath; a subPath is relative with no '..',
+    and not given together with subPathExpr."""
+    groups = (("containers", pod.spec.containers), ("initContainers", pod.spec.init_containers))
+    for group, containers in groups:
+        for c_index, container in enumerate(containers):
+            for m_index, mount in enumerate(container.volume_mounts):
+                path = f"spec.{group}[{c_index}].volumeMounts[{m_index}]"
+                if mount.name not in volume_names:
+                    problems.add(
+                        InvalidObjectError(
+                            f"{path}.name", f"not found: the pod has no volume {mount.name!r}"
+                        )
+                    )
+                if not mount.mount_path:
+                    problems.add(InvalidObjectError(f"{path}.mountPath", "required"))
+                with problems.check():
+                    check(f"{path}.subPath", _sub_path_problem(mount.sub_path))
+                if mount.sub_path and mount.sub_path_expr:
+                    problems.add(
+                        InvalidObjectError(
+                            f"{path}.subPathExpr", "subPathExpr and subPath are mutually exclusive"
+                        )
+                    )
+
+
+def _sub_path_problem(sub_path: str) -> str | None:
+    """Why a subPath is refused (the API server's ValidateLocalDescendingPath), or None."""
+    if sub_path.startswith("/"):
+        return "must be a relative path"
+    if ".." in sub_path.split("/"):
+        return "must not contain '..'"
+    return None
 
 
 def check_pod_node(pod: Pod, node_name: str) -> None:

@@ -51,6 +51,8 @@ RESOURCES = frozenset(
     }
 )
 HUGEPAGES = ("limits.hugepages-", "requests.hugepages-")
+MEDIA = ("", "Memory", "HugePages")
+HUGEPAGES_MEDIUM_PREFIX = "HugePages-"
 HOST_PATH_TYPES = frozenset(
     {
         "",
@@ -101,6 +103,8 @@ def _csi(src: object, path: str, problems: Problems) -> None:
 
 
 def _empty_dir(src: object, path: str, problems: Problems) -> None:
+    with problems.check():
+        _raise(f"{path}.medium", medium_problem(getattr(src, "medium", "")))
     limit = getattr(src, "size_limit", None)
     if limit is not None:
         with problems.check():
@@ -108,6 +112,23 @@ def _empty_dir(src: object, path: str, problems: Problems) -> None:
                 quantity_to_bytes(limit)
             except ValueError as exc:
                 raise InvalidObjectError(f"{path}.sizeLimit", str(exc)) from None
+
+
+def medium_problem(medium: str) -> str | None:
+    """Why `medium` is not an emptyDir medium of the API ('', Memory, HugePages,
+    HugePages-<page size>), or None. Whether a plugin serves it is resolution's question."""
+    if medium in MEDIA:
+        return None
+    size = medium.removeprefix(HUGEPAGES_MEDIUM_PREFIX)
+    if size != medium:
+        try:
+            quantity_to_bytes(size)
+        except ValueError:
+            pass
+        else:
+            return None
+    supported = ", ".join(repr(m) for m in (*MEDIA, f"{HUGEPAGES_MEDIUM_PREFIX}<page size>"))
+    return f"unsupported value {medium!r} (supported: {supported})"
 
 
 def _config_map(src: object, path: str, problems: Problems) -> None:

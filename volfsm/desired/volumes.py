@@ -11,7 +11,7 @@ network filesystems) are kept as plain mappings: parsed, never served.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeAlias
+from typing import Any, TypeAlias
 
 import msgspec
 
@@ -19,12 +19,12 @@ from volfsm.desired.meta import (
     K8s,
     KeyToPath,
     LabelSelector,
-    ObjectMeta,
     Quantity,
     SecretReference,
 )
 
-StorageMedium: TypeAlias = Literal["", "Memory"]
+StorageMedium: TypeAlias = str
+"""'', 'Memory', 'HugePages' or 'HugePages-<page size>' (validate_volumes checks it)."""
 
 
 class PersistentVolumeClaimVolumeSource(K8s, frozen=True, kw_only=True):
@@ -45,7 +45,8 @@ class CSIVolumeSource(K8s, frozen=True, kw_only=True):
 
 
 class EmptyDirVolumeSource(K8s, frozen=True, kw_only=True):
-    """An emptyDir pod volume: a directory, or a tmpfs with medium Memory."""
+    """An emptyDir pod volume: a directory, or a tmpfs with medium Memory (HugePages media
+    are valid API values that no plugin here serves)."""
 
     medium: StorageMedium = ""
     size_limit: Quantity | None = None
@@ -199,10 +200,19 @@ class HostPathVolumeSource(K8s, frozen=True, kw_only=True):
     type: str | None = None
 
 
+class ClaimTemplateMeta(K8s, frozen=True, kw_only=True):
+    """A claim template's metadata: labels and annotations for the claim. No name: the
+    claim is always <pod>-<volume> (the API server allows no other field here; volfsm
+    ignores them)."""
+
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
 class PersistentVolumeClaimTemplate(K8s, frozen=True, kw_only=True):
     """ephemeral.volumeClaimTemplate: the claim the ephemeral-volume controller creates."""
 
-    metadata: ObjectMeta | None = None
+    metadata: ClaimTemplateMeta | None = None
     spec: dict[str, Any] = {}
 
 

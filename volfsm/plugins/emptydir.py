@@ -101,10 +101,15 @@ class EmptyDirPlugin(VolumePlugin):
         return source.plugin == self.name
 
     def can_serve(self, source: VolumeSource, volume_mode: str) -> str | None:
-        """Filesystem mode only; medium "" (node disk) or "Memory" (HugePages not supported)."""
+        """Filesystem mode only; medium "" (node disk) or "Memory" (HugePages not served)."""
         problem = super().can_serve(source, volume_mode)
         if problem is not None:
             return problem
+        if source.medium.startswith("HugePages"):
+            return (
+                f"emptyDir medium {source.medium!r} is not served on this node: volfsm mounts "
+                "no hugetlbfs and reserves no huge pages (use '' or 'Memory')"
+            )
         if source.medium not in SUPPORTED_MEDIA:
             return f"emptyDir medium {source.medium!r} is not supported (use '' or 'Memory')"
         return None

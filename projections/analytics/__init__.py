@@ -14,6 +14,10 @@ Modules: `rows` (names, flat rows), `fold` (facts and open state), `figures`
   operations, open Uncertain spans, pods not yet ready) is explicit so a
   store can persist it beside the rows, and every change is reported by
   `drain()`.
+* `WaitFold` (`waits`) follows pods that wait for their claims (`PodPending`
+  until `PodAdded` or `PodRemoved`): each step of a wait that ended is a
+  `PodWait` with what was missing; the report shows them apart
+  (`PodPendingFigure`), since no driver's time is in them.
 * `HealthFold` keeps the latest usage and volume condition per pod-volume
   (`VolumeUsageChanged`, `VolumeConditionChanged`) for the "volumes near
   full" and "abnormal volumes" sections.
@@ -43,6 +47,8 @@ from projections.analytics.figures import (
     NodeFigure,
     NodeWindow,
     OpGroup,
+    PendingReasonFigure,
+    PodPendingFigure,
     PodReadyFigure,
     Report,
     ReportInputs,
@@ -123,6 +129,8 @@ __all__ = [
     "OpSample",
     "OpenOp",
     "PendingPod",
+    "PendingReasonFigure",
+    "PodPendingFigure",
     "PodReady",
     "PodReadyFigure",
     "Report",

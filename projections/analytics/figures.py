@@ -32,6 +32,7 @@ from projections.analytics.health import (
     VolumeHealth,
 )
 from projections.analytics.rows import PHASE_ORDER, PHASES, phase_of
+from projections.analytics.waits import DELETED, ENDS_A_WAIT, RESOLVED, OpenWait, WaitRow
 
 FOREVER_US = 2**62
 """An open end of a window (µs), far past any event."""
@@ -152,7 +153,12 @@ class NodeFigure:
 
 @dataclass(slots=True)
 class PodReadyFigure:
-    """Mount-to-ready latency of pods (PodAdded -> all its volumes Mounted)."""
+    """Mount-to-ready latency of pods (PodAdded -> all its volumes Mounted).
+
+    A pod that waited for its claims is measured from the `PodAdded` that resolved it (its
+    wait is in `PodPendingFigure`); `pending` counts pods added whose volumes are not all
+    Mounted yet (not the pods waiting for their claims).
+    """
 
     count: int
     pending: int
@@ -161,6 +167,48 @@ class PodReadyFigure:
     p99_s: float | None
     max_s: float | None
     sum_s: float
+
+
+@dataclass(slots=True)
+class PendingReasonFigure:
+    """Time pods waited for one kind of missing object, in steps that ended in the window."""
+
+    reason: str
+    pods: int
+    """Distinct pods that waited for it."""
+    waits: int
+    """Steps (a pod waits one step per `PodPending`, until the next or its end)."""
+    p50_s: float | None
+    p90_s: float | None
+    p99_s: float | None
+    max_s: float | None
+    sum_s: float
+    waiting: int = 0
+    """Pods waiting for it now."""
+
+
+@dataclass(slots=True)
+class PodPendingFigure:
+    """Pods that waited for their claims (`PodPending` until `PodAdded` or `PodRemoved`).
+
+    No volume operation runs while a pod waits, so this time is in no driver's latency
+    and not in mount-to-ready. `pods`: waits that ended in the window (`resolved` by a
+    `PodAdded`, `deleted` while pending); the percentiles are of those whole waits;
+    `waiting`: pods waiting now, the longest for `waiting_longest_s`; `by_reason`: the time
+    per kind of missing object, most time first.
+    """
+
+    pods: int = 0
+    resolved: int = 0
+    deleted: int = 0
+    p50_s: float | None = None
+    p90_s: float | None = None
+    p99_s: float | None = None
+    max_s: float | None = None
+    sum_s: float = 0.0
+    waiting: int = 0
+    waiting_longest_s: float | None = None
+    by_reason: list[PendingReasonFigure] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -215,6 +263,8 @@ class Report:
     abnormal: list[AbnormalFigure] = field(default_factory=list)
     """The `top` volumes abnormal longest (all of them: `abnormal_total`)."""
     abnormal_total: int = 0
+    pod_pending: PodPendingFigure = field(default_factory=PodPendingFigure)
+    """Pods that waited for their claims: not in `pod_ready` nor in any latency."""
 
 
 # --------------------------------------------------------------------------
@@ -311,6 +361,10 @@ class ReportInputs:
     pending_pods: int
     health: list[VolumeHealth] = field(default_factory=list)
     """The latest usage and condition of each mounted pod-volume (as of now, not windowed)."""
+    waits: list[WaitRow] = field(default_factory=list)
+    """Steps of pods' waits for their claims that ended in the window."""
+    open_waits: list[OpenWait] = field(default_factory=list)
+    """Pods waiting for their claims now (not windowed)."""
 
 
 def series_frame(query: ReportQuery, first_ended_us: int | None) -> tuple[int, int]:
@@ -561,6 +615,55 @@ def pod_ready_figure(ready: Distribution, pending: int) -> PodReadyFigure:
     )
 
 
+def pod_pending_figure(
+    waits: Iterable[WaitRow], open_waits: Iterable[OpenWait], now_us: int
+) -> PodPendingFigure:
+    """Whole waits, per-reason steps and the pods waiting now (`waits`: the window's)."""
+    rows = list(waits)
+    ended = [r for r in rows if r[6] in ENDS_A_WAIT]
+    whole = distribution(r[5] - r[3] for r in ended)
+    by_reason: dict[str, list[WaitRow]] = defaultdict(list)
+    for r in rows:
+        by_reason[r[2]].append(r)
+    now: dict[str, int] = defaultdict(int)
+    waiting = list(open_waits)
+    for w in waiting:
+        now[w.reason] += 1
+    reasons = []
+    for reason in set(by_reason) | set(now):
+        steps = by_reason.get(reason, [])
+        d = distribution(r[5] - r[4] for r in steps)
+        pods = len({(r[0], r[1]) for r in steps})
+        reasons.append(
+            PendingReasonFigure(
+                reason,
+                pods,
+                d.count,
+                _s(d.p50_us),
+                _s(d.p90_us),
+                _s(d.p99_us),
+                _s(d.max_us),
+                d.sum_us / 1e6,
+                now.get(reason, 0),
+            )
+        )
+    reasons.sort(key=lambda f: (-f.sum_s, -f.waiting, f.reason))
+    longest = max((now_us - w.since_us for w in waiting), default=None)
+    return PodPendingFigure(
+        pods=len(ended),
+        resolved=sum(1 for r in ended if r[6] == RESOLVED),
+        deleted=sum(1 for r in ended if r[6] == DELETED),
+        p50_s=_s(whole.p50_us),
+        p90_s=_s(whole.p90_us),
+        p99_s=_s(whole.p99_us),
+        max_s=_s(whole.max_us),
+        sum_s=whole.sum_us / 1e6,
+        waiting=len(waiting),
+        waiting_longest_s=_s(max(0, longest)) if longest is not None else None,
+        by_reason=reasons,
+    )
+
+
 def build_report(inputs: ReportInputs, query: ReportQuery) -> Report:
     """Every figure from the aggregates of the window `query` names."""
     nodes = node_figures(
@@ -591,6 +694,7 @@ def build_report(inputs: ReportInputs, query: ReportQuery) -> Report:
         until_us=query.until_us,
         uncertain_volumes_total=inputs.uncertain.volumes,
         uncertain_by_node=inputs.uncertain.by_node,
+        pod_pending=pod_pending_figure(inputs.waits, inputs.open_waits, query.now_us),
         **health_figures(inputs.health, query),
     )
 

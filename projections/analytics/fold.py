@@ -7,7 +7,12 @@ operations, open Uncertain spans, pods not yet ready) is plain data, so a
 store can persist it beside the rows; `drain()` reports every change.
 The latest usage and condition per pod-volume (`health`, a `HealthFold`)
 is open state too: the caller feeds it the envelopes (`health.apply_json`)
-and a store persists it with the rest.
+and a store persists it with the rest. So are the waits of pods for their
+claims (`waits`, a `WaitFold`): the caller feeds it the `PodPending`
+envelopes (`waits.apply_json`), the fold ends a wait at the pod's
+`PodAdded` or `PodRemoved`, and each step of a wait that ended is a fact
+(`PodWait`). A pod's mount-to-ready is measured from its `PodAdded`, so
+from the moment it stopped waiting: the wait is reported apart.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from dataclasses import dataclass, field
 from events.tables import DEVICE_FSM, PODVOL_FSM, UNCERTAIN
 from projections.analytics.health import HealthFold, VolumeHealth
 from projections.analytics.rows import STAGE_OF, UNKNOWN_DRIVER, EventRow, phase_of
+from projections.analytics.waits import DELETED, RESOLVED, OpenWait, PodWait, WaitFold
 
 _LEAVE_UNCERTAIN = {
     table.name: frozenset(
@@ -112,7 +118,11 @@ class PendingPod:
 
 @dataclass(slots=True)
 class PodReady:
-    """A pod whose volumes all became Mounted: from PodAdded to the last VolumeMounted."""
+    """A pod whose volumes all became Mounted: from PodAdded to the last VolumeMounted.
+
+    A pod that waited for its claims (`PodPending`) is measured from the `PodAdded` that
+    resolved it: the wait is a `PodWait`, not mount time.
+    """
 
     node: str
     pod_uid: str
@@ -158,6 +168,8 @@ class FoldChanges:
     open_spans: dict[NodeKey, UncertainSpan | None] = field(default_factory=dict)
     pending_pods: dict[NodeKey, PendingPod | None] = field(default_factory=dict)
     nodes: list[NodeStats] = field(default_factory=list)
+    waits: list[PodWait] = field(default_factory=list)
+    """Steps of pods' waits for their claims that ended."""
 
 
 class AnalyticsFold:
@@ -173,6 +185,7 @@ class AnalyticsFold:
         self.pending_pods: dict[NodeKey, PendingPod] = {}
         self.nodes: dict[str, NodeStats] = {}
         self.health = HealthFold()
+        self.waits = WaitFold()
         self._mount_ops: dict[NodeKey, str] = {}  # (node, volume_id) -> op_id of a running mount
         self._stream_ops: dict[NodeKey, str] = {}  # (node, stream) -> op_id running on it
         self._changes = FoldChanges()
@@ -187,6 +200,7 @@ class AnalyticsFold:
         pods: Iterable[PendingPod],
         nodes: Iterable[NodeStats],
         health: Iterable[VolumeHealth] = (),
+        waits: Iterable[OpenWait] = (),
     ) -> None:
         """Load open state saved by a store (nothing is reported as changed)."""
         for op in ops:
@@ -199,6 +213,7 @@ class AnalyticsFold:
             self.nodes[stats.node] = stats
         for vol in health:
             self.health.volumes[(vol.node, vol.pod_uid, vol.volume_name)] = vol
+        self.waits.restore(waits)
 
     def _open(self, op: OpenOp) -> None:
         self.open_ops[(op.node, op.op_id)] = op
@@ -301,13 +316,16 @@ class AnalyticsFold:
     def _apply_desired(self, row: EventRow) -> None:
         key = (row.node, row.pod_uid)
         if row.type == "PodAdded":
+            self.waits.end(row.node, row.pod_uid, row.ts_us, RESOLVED)
             names = {n for n in row.pod_volumes.split(",") if n}
             if names:
                 pod = PendingPod(row.node, row.pod_uid, row.ts_us, names, len(names))
                 self.pending_pods[key] = pod
                 self._changes.pending_pods[key] = pod
-        elif row.type == "PodRemoved" and self.pending_pods.pop(key, None) is not None:
-            self._changes.pending_pods[key] = None
+        elif row.type == "PodRemoved":
+            self.waits.end(row.node, row.pod_uid, row.ts_us, DELETED)
+            if self.pending_pods.pop(key, None) is not None:
+                self._changes.pending_pods[key] = None
 
     def _apply_transition(self, row: EventRow, kind: str, stats: NodeStats) -> None:
         node = row.node
@@ -383,6 +401,7 @@ class AnalyticsFold:
         """The changes since the last drain (and forget them)."""
         changes = self._changes
         changes.nodes = [self.nodes[n] for n in sorted(self._dirty_nodes)]
+        changes.waits = self.waits.drain()
         self._changes = FoldChanges()
         self._dirty_nodes = set()
         return changes

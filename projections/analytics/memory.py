@@ -21,6 +21,7 @@ from projections.analytics.figures import (
 )
 from projections.analytics.fold import AnalyticsFold, OpSample, PodReady, UncertainSpan
 from projections.analytics.rows import EventRow, flatten
+from projections.analytics.waits import PodWait, wait_row
 
 
 class MemoryFacts:
@@ -31,6 +32,7 @@ class MemoryFacts:
         self.samples: list[OpSample] = []
         self.closed: list[UncertainSpan] = []
         self.ready: list[PodReady] = []
+        self.waits: list[PodWait] = []
         self.rows: list[EventRow] = []
 
     def apply(self, row: EventRow) -> None:
@@ -41,6 +43,7 @@ class MemoryFacts:
         self.samples.extend(changes.samples)
         self.closed.extend(changes.closed_spans)
         self.ready.extend(changes.ready)
+        self.waits.extend(changes.waits)
 
     def windows(self, query: ReportQuery) -> dict[str, NodeWindow] | None:
         """Per node: events in the window (None when the window is open at both ends)."""
@@ -84,6 +87,8 @@ class MemoryFacts:
             ),
             pending_pods=len(self.fold.pending_pods),
             health=list(self.fold.health.volumes.values()),
+            waits=[wait_row(w) for w in self.waits if in_window(query, w.to_us)],
+            open_waits=list(self.fold.waits.open.values()),
         )
 
 
@@ -100,6 +105,7 @@ def report_of(
     """The report of envelopes (of one or many nodes, each in `seq` order), in memory."""
     facts = MemoryFacts()
     for env in envelopes:
+        facts.fold.waits.apply(env)  # a PodPending's reasons are not in its row
         facts.apply(flatten(env))
         facts.fold.health.apply(env)
     query = ReportQuery(

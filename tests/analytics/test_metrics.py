@@ -16,7 +16,9 @@ from volfsm.analytics.store import AnalyticsStore, IngestCounters
 from volfsm.web.exposition import exposition, registry_of
 
 P = "volfsm_analytics_"
-ALLOWED_LABELS = {"driver", "operation", "code", "final", "outcome", "kind", "node", "quantile"}
+ALLOWED_LABELS = {
+    "driver", "operation", "code", "final", "outcome", "kind", "node", "quantile", "reason",
+}  # fmt: skip
 
 _NODE_GAUGES = (
     "node_event_rate", "node_last_event_timestamp_seconds", "node_silent_seconds",
@@ -40,9 +42,12 @@ ANALYTICS_FAMILIES = {
     P + "pods_pending": "gauge",
     **{P + name: "counter" for name in _INGEST_COUNTERS},
     P + "ingest_stream_sequence": "gauge",
+    P + "pod_claim_wait_seconds": "summary",  # new with pending pods
+    P + "pods_waiting_for_claims": "gauge",  # new with pending pods (no series without any)
 }
 """Every family /metrics of `volfsm analytics serve` exposed before prometheus_client (parser
-names: a counter's family has no `_total`, its samples do)."""
+names: a counter's family has no `_total`, its samples do), and the two of pods' waits for
+their claims."""
 
 _OP = ("driver", "operation")
 ANALYTICS_SERIES: set[Series] = {
@@ -62,8 +67,11 @@ ANALYTICS_SERIES: set[Series] = {
     (P + "pods_pending", ()),
     *((P + name + "_total", ()) for name in _INGEST_COUNTERS),
     (P + "ingest_stream_sequence", ()),
+    (P + "pod_claim_wait_seconds_count", ()),
+    (P + "pod_claim_wait_seconds_sum", ()),
 }
-"""Every (sample name, label names) it exposed before prometheus_client."""
+"""Every (sample name, label names) it exposed before prometheus_client, and the count and sum
+of pods' waits for their claims (none in the fixed history)."""
 
 
 def fixed_report(tmp_path: Path) -> tuple[Report, IngestCounters]:

@@ -1,4 +1,5 @@
-"""The store's four tables as Arrow columns: events, op samples, Uncertain spans, pod readiness.
+"""The store's tables as Arrow columns: events, op samples, Uncertain spans, pod readiness,
+pods' waits for their claims.
 
 Each `Table` names its Arrow schema, the time column its day partitions
 and window pruning follow, the column that starts a row's interval (a
@@ -18,6 +19,7 @@ import msgspec
 import pyarrow as pa
 
 from projections.analytics import ROW_COLUMNS, OpSample, PodReady, UncertainSpan, whole_us
+from projections.analytics.waits import wait_row
 
 _STRING = pa.string()
 _INT = pa.int64()
@@ -110,7 +112,27 @@ READY = Table(
     ("ready_us",),
 )
 
-TABLES: dict[str, Table] = {t.name: t for t in (EVENTS, SAMPLES, SPANS, READY)}
+WAITS = Table(
+    "waits",
+    pa.schema(
+        [
+            ("node", _STRING),
+            ("pod_uid", _STRING),
+            ("reason", _STRING),
+            ("since_us", _INT),
+            ("from_us", _INT),
+            ("to_us", _INT),
+            ("outcome", _STRING),
+        ]
+    ),
+    "to_us",
+    "since_us",
+    ("to_us",),
+)
+"""Steps of pods' waits for their claims (`PodWait`), by the time each step ended. A store
+written before it has no `waits` files: it reads as empty."""
+
+TABLES: dict[str, Table] = {t.name: t for t in (EVENTS, SAMPLES, SPANS, READY, WAITS)}
 """Every table by name."""
 
 
@@ -136,11 +158,13 @@ _ROW_VALUES: dict[str, Callable[[Any], tuple[Any, ...]]] = {
     "samples": _sample_values,
     "spans": attrgetter(*(f.name for f in SPANS.schema)),
     "ready": attrgetter(*(f.name for f in READY.schema)),
+    "waits": wait_row,
 }
 
 
 def to_arrow(table: Table, rows: Sequence[Any]) -> pa.Table:
-    """`rows` of `table` (EventRow, OpSample, UncertainSpan or PodReady) as an Arrow table."""
+    """`rows` of `table` (EventRow, OpSample, UncertainSpan, PodReady or PodWait) as an Arrow
+    table."""
     if not rows:
         return table.schema.empty_table()
     columns = list(zip(*map(_ROW_VALUES[table.name], rows), strict=True))

@@ -75,6 +75,7 @@ class BatchBuilder:
         self._accept = ingestor.ranges.accept
         self._apply = ingestor.fold.apply
         self._health = ingestor.fold.health.apply_json
+        self._waits = ingestor.fold.waits.apply_json
         self._now = ingestor.clock()
         self.batch = Batch()
         self.last_of_node: dict[str, EventRow] = {}
@@ -99,6 +100,8 @@ class BatchBuilder:
             return None
         if hole is not None:
             self._gap(row.node, hole)
+        if row.type == "PodPending":
+            self._waits(data)  # its reasons are not in the row
         self._apply(row)
         if row.type in HEALTH_TYPES:
             self._health(data)

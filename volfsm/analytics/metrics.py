@@ -203,6 +203,19 @@ def _pods(report: Report) -> Iterator[Metric]:
         [((), _quantiles(pr.p50_s, pr.p90_s, pr.p99_s), pr.count, pr.sum_s)],
     )
     yield _gauge("pods_pending", "Pods whose volumes are not all Mounted.", (), [((), pr.pending)])
+    pp = report.pod_pending
+    yield summary(
+        "pod_claim_wait_seconds",
+        "Pods' whole waits for their claims (first PodPending to PodAdded or PodRemoved).",
+        (),
+        [((), _quantiles(pp.p50_s, pp.p90_s, pp.p99_s), pp.pods, pp.sum_s)],
+    )
+    yield _gauge(
+        "pods_waiting_for_claims",
+        "Pods waiting for their claims now (PodPending), by what is missing.",
+        ("reason",),
+        [((f.reason,), f.waiting) for f in pp.by_reason],
+    )
 
 
 _INGEST_COUNTERS: tuple[tuple[str, str, Callable[[IngestCounters], float]], ...] = (

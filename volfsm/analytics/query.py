@@ -41,6 +41,7 @@ from projections.analytics import (
     UncertainVolume,
     series_frame,
 )
+from projections.analytics.waits import WaitRow
 from volfsm.analytics.columns import TABLES
 from volfsm.analytics.sortedruns import (
     READY_KEY,
@@ -147,7 +148,19 @@ class StoreQuery:
             pod_ready=_distribution(ready),
             pending_pods=len(state.pending_pods),
             health=list(state.health),
+            waits=self._waits(lo, hi),
+            open_waits=list(state.waits),
         )
+
+    def _waits(self, lo: int, hi: int) -> list[WaitRow]:
+        """The steps of pods' waits for their claims that ended in [lo, hi) (a store written
+        before waits were kept has none)."""
+        sql = f"""SELECT node, pod_uid, reason, since_us, from_us, to_us, outcome
+                  FROM {self.source("waits", lo, hi)} WHERE to_us >= ? AND to_us < ?"""
+        return [
+            (str(n), str(u), str(r), int(s), int(f), int(t), str(o))
+            for n, u, r, s, f, t, o in self._all(sql, [lo, hi])
+        ]
 
     def runs(self, table: str, lo: int, hi: int) -> tuple[Runs, str | None]:
         """The sorted runs of `table` (samples or ready) in [lo, hi), and the FROM clause of

@@ -216,6 +216,41 @@ def print_report(report: Report, ingest: IngestCounters | None, out: TextIO | No
         f"p50 {_s(pr.p50_s)}s p90 {_s(pr.p90_s)}s p99 {_s(pr.p99_s)}s max {_s(pr.max_s)}s",
         out,
     )
+    _print_pending(report, out)
+
+
+def _print_pending(report: Report, out: TextIO | None) -> None:
+    """Pods that waited for their claims: whole waits, then the time per missing object."""
+    pp = report.pod_pending
+    longest = f" (longest {_s(pp.waiting_longest_s)}s)" if pp.waiting_longest_s is not None else ""
+    print_line(
+        f"Pods waiting for their claims (no driver's time; not in mount-to-ready): {pp.pods} "
+        f"waited ({pp.resolved} resolved, {pp.deleted} deleted while pending), "
+        f"{pp.waiting} waiting now{longest}; p50 {_s(pp.p50_s)}s p90 {_s(pp.p90_s)}s "
+        f"p99 {_s(pp.p99_s)}s max {_s(pp.max_s)}s",
+        out,
+    )
+    if not pp.by_reason:
+        return
+    print_table(
+        "\nWaiting for (steps of the waits above, by what was missing)",
+        ("REASON", "PODS", "STEPS", "P50 S", "P90 S", "P99 S", "MAX S", "TOTAL S", "NOW"),
+        [
+            (
+                f.reason,
+                str(f.pods),
+                str(f.waits),
+                _s(f.p50_s),
+                _s(f.p90_s),
+                _s(f.p99_s),
+                _s(f.max_s),
+                f"{f.sum_s:.3f}",
+                str(f.waiting),
+            )
+            for f in pp.by_reason
+        ],
+        out,
+    )
 
 
 def _print_health(report: Report, out: TextIO | None) -> None:

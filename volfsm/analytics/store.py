@@ -7,6 +7,7 @@ Layout of a store directory (the `--db` path)::
     samples/day=.../part=P/...  finished operations (and derived stages), by end time
     spans/day=.../part=P/...    closed Uncertain spans, by end time
     ready/day=.../part=P/...    pods whose volumes all mounted, by ready time
+    waits/day=.../part=P/...    steps of pods' waits for their claims, by end time
 
 A catalog holds what must change together with each batch: the applied
 (node, seq) ranges and the fold's open state (one encoded blob), the
@@ -66,7 +67,8 @@ from projections.analytics import (
     UncertainSpan,
     VolumeHealth,
 )
-from volfsm.analytics.columns import EVENTS, READY, SAMPLES, SPANS, TABLES, Table, to_arrow
+from projections.analytics.waits import OpenWait
+from volfsm.analytics.columns import EVENTS, READY, SAMPLES, SPANS, TABLES, WAITS, Table, to_arrow
 from volfsm.analytics.sortedruns import SUFFIX, TABLES_WITH_RUNS, sidecar_of, write_sidecar
 from volfsm.analytics.tracking import SeqRanges
 
@@ -134,6 +136,9 @@ class StoreState(msgspec.Struct):
     nodes: list[NodeStats] = []
     health: list[VolumeHealth] = []
     """The latest usage and condition of each mounted pod-volume (empty in older blobs)."""
+    waits: list[OpenWait] = []
+    """Pods waiting for their claims (empty in older blobs: a wait that began before the
+    upgrade is not counted)."""
 
 
 _encode_state = msgspec.msgpack.Encoder().encode
@@ -155,6 +160,7 @@ def encode_state(ranges: SeqRanges, fold: AnalyticsFold) -> bytes:
             list(fold.pending_pods.values()),
             list(fold.nodes.values()),
             list(fold.health.volumes.values()),
+            list(fold.waits.open.values()),
         )
     )
 
@@ -198,6 +204,7 @@ class Batch:
             SAMPLES: ch.samples,
             SPANS: ch.closed_spans,
             READY: ch.ready,
+            WAITS: ch.waits,
         }
         return {t.name: to_arrow(t, r) for t, r in rows.items() if r}
 
@@ -614,7 +621,7 @@ class AnalyticsStore:
         snap = self.snapshot()
         fold = AnalyticsFold()
         st = snap.state
-        fold.restore(st.open_ops, st.open_spans, st.pending_pods, st.nodes, st.health)
+        fold.restore(st.open_ops, st.open_spans, st.pending_pods, st.nodes, st.health, st.waits)
         return snap.seq_ranges(), fold
 
     # --------------------------------------------------------------- writing
@@ -896,6 +903,7 @@ def _merge_states(states: list[StoreState]) -> StoreState:
         merged.pending_pods.extend(st.pending_pods)
         merged.nodes.extend(st.nodes)
         merged.health.extend(st.health)
+        merged.waits.extend(st.waits)
     return merged
 
 

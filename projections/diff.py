@@ -13,6 +13,13 @@ compared by stream:
   Mounted -> Uncertain -> Mounted round trip, or failing operations that
   changed nothing).
 
+Desired pods are compared by uid: `added`, `removed`, and for pods that
+wait for their claims (`PodPending`, see `projections.pending`):
+`pending` (waiting at the end, and either not desired at the start or
+waiting for something else since), `resolved` (waiting at the start,
+added by the end), `transient` (began waiting and was deleted in between);
+`details` say since when and for what.
+
 Imports only `events` (and the story's text helpers).
 """
 
@@ -21,10 +28,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from events.streams import DEVICE_PREFIX, PODVOL_PREFIX
-from events.types import Envelope, OperationFailed, OperationSucceeded, PodAdded
+from events.streams import DEVICE_PREFIX, POD_PREFIX, PODVOL_PREFIX
+from events.types import Envelope, OperationFailed, OperationSucceeded, PodAdded, PodPending
 from projections.asw import Asw
-from projections.textfmt import size_text
+from projections.pending import (
+    DELETED,
+    RESOLVED,
+    PendingPods,
+    PendingSpell,
+    ended_wait_text,
+)
+from projections.textfmt import iso_time, size_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +75,8 @@ class PodChange:
     pod_uid: str
     pod: str
     volumes: list[str]
+    details: list[str] = field(default_factory=list)
+    """For a pod that waited for its claims: since when, for what, how it ended."""
 
 
 @dataclass(slots=True)
@@ -128,10 +144,14 @@ class _DiffFold:
         self.asw = Asw()
         self.pod_names: dict[str, str] = {}
         self.activity: dict[str, _Activity] = {}
+        self.pending = PendingPods()
 
     def before(self, env: Envelope) -> None:
-        if isinstance(env.body, PodAdded):
-            self.pod_names[env.body.pod_uid] = f"{env.body.namespace}/{env.body.name}"
+        body = env.body
+        if isinstance(body, PodAdded | PodPending):
+            self.pod_names[body.pod_uid] = f"{body.namespace}/{body.name}"
+        if env.stream.startswith(POD_PREFIX):
+            self.pending.apply(env)
         self.asw.apply(env)
 
     def during(self, env: Envelope) -> None:
@@ -215,7 +235,78 @@ def _entry_change(
     )
 
 
-def _pod_changes(fold: _DiffFold, before: dict[str, PodAdded]) -> list[PodChange]:
+PendingMark = dict[str, tuple[PendingSpell, int]]
+"""The waits going on at a moment: pod uid -> (its wait, how many steps it had then)."""
+
+
+def pending_mark(pending: PendingPods) -> PendingMark:
+    """The waits going on now, to compare with later."""
+    return {uid: (spell, len(spell.steps)) for uid, spell in pending.open.items()}
+
+
+def _waiting_volumes(spell: PendingSpell) -> list[str]:
+    return [f"{w.name} (waiting)" for w in spell.waiting]
+
+
+def _still_pending(spell: PendingSpell, steps_before: int | None) -> PodChange | None:
+    """A wait going on at the end: new, or still going with other reasons (else None)."""
+    if steps_before is not None and steps_before == len(spell.steps):
+        return None
+    verb = "still waiting" if steps_before is not None else "waiting"
+    detail = f"{verb} since {iso_time(spell.since_us)}: {spell.steps[-1].text}"
+    return PodChange("pending", spell.pod_uid, spell.pod, _waiting_volumes(spell), [detail])
+
+
+def _pending_changes(fold: _DiffFold, before: PendingMark, from_seq: int) -> list[PodChange]:
+    """Pods waiting at an end of the window, or deleted while waiting in it, that the
+    comparison of added pods does not cover."""
+    out = []
+    for spell in fold.pending.spells:
+        ended, was = spell.ended_seq, before.get(spell.pod_uid)
+        if ended is not None and ended <= from_seq:
+            continue
+        if was is not None and was[0] is not spell:
+            was = None
+        if ended is None:
+            change = _still_pending(spell, was[1] if was is not None else None)
+        elif spell.outcome == DELETED:
+            kind = "removed" if was is not None else "transient"
+            change = PodChange(kind, spell.pod_uid, spell.pod, _waiting_volumes(spell))
+            change.details.append(ended_wait_text(spell))
+        elif was is not None and spell.pod_uid not in fold.asw.desired_pods:
+            change = PodChange("removed", spell.pod_uid, spell.pod, _waiting_volumes(spell))
+            change.details += [ended_wait_text(spell), "then removed"]
+        else:
+            continue  # resolved and still desired: the added pod's entry tells it
+        if change is not None:
+            out.append(change)
+    return out
+
+
+def _added_after_waiting(
+    fold: _DiffFold, change: PodChange, before: PendingMark, from_seq: int
+) -> None:
+    """An added pod whose wait for its claims ended in the window: say so (and a pod that
+    was waiting at the start is `resolved`)."""
+    spell = next(
+        (
+            s
+            for s in reversed(fold.pending.spells)
+            if s.pod_uid == change.pod_uid and s.outcome == RESOLVED
+        ),
+        None,
+    )
+    if spell is None or spell.ended_seq is None or spell.ended_seq <= from_seq:
+        return
+    was = before.get(change.pod_uid)
+    if was is not None and was[0] is spell:
+        change.change = "resolved"
+    change.details.append(ended_wait_text(spell))
+
+
+def _pod_changes(
+    fold: _DiffFold, before: dict[str, PodAdded], pending: PendingMark, from_seq: int
+) -> list[PodChange]:
     after = fold.asw.desired_pods
     out = []
     for uid in sorted(set(before) | set(after)):
@@ -224,14 +315,16 @@ def _pod_changes(fold: _DiffFold, before: dict[str, PodAdded]) -> list[PodChange
             continue
         pod = new if new is not None else old
         assert pod is not None
-        out.append(
-            PodChange(
-                change="added" if new is not None else "removed",
-                pod_uid=uid,
-                pod=f"{pod.namespace}/{pod.name}",
-                volumes=[f"{v.name}={v.volume_id}" for v in pod.volumes],
-            )
+        change = PodChange(
+            change="added" if new is not None else "removed",
+            pod_uid=uid,
+            pod=f"{pod.namespace}/{pod.name}",
+            volumes=[f"{v.name}={v.volume_id}" for v in pod.volumes],
         )
+        if new is not None:
+            _added_after_waiting(fold, change, pending, from_seq)
+        out.append(change)
+    out.extend(_pending_changes(fold, pending, from_seq))
     return sorted(out, key=lambda p: (p.pod, p.pod_uid))
 
 
@@ -254,6 +347,7 @@ def diff_log(envelopes: Iterable[Envelope], from_seq: int, to_seq: int) -> World
     fold = _DiffFold()
     views: dict[str, EntryView] | None = None
     pods_before: dict[str, PodAdded] = {}
+    pending_before: PendingMark = {}
     sizes_before: dict[str, int] = {}
     from_ts = 0
     for env in envelopes:
@@ -266,11 +360,13 @@ def diff_log(envelopes: Iterable[Envelope], from_seq: int, to_seq: int) -> World
         if views is None:
             views = snapshot(fold.asw)
             pods_before = dict(fold.asw.desired_pods)
+            pending_before = pending_mark(fold.pending)
             sizes_before = dict(fold.asw.desired_sizes)
         fold.during(env)
     if views is None:
         views = snapshot(fold.asw)
         pods_before = dict(fold.asw.desired_pods)
+        pending_before = pending_mark(fold.pending)
         sizes_before = dict(fold.asw.desired_sizes)
     after = snapshot(fold.asw)
     result = WorldDiff(
@@ -279,7 +375,7 @@ def diff_log(envelopes: Iterable[Envelope], from_seq: int, to_seq: int) -> World
         to_seq=fold.asw.last_seq,
         to_ts=fold.asw.last_ts,
         events=max(0, fold.asw.last_seq - from_seq),
-        pods=_pod_changes(fold, pods_before),
+        pods=_pod_changes(fold, pods_before, pending_before, from_seq),
         desired_sizes=_size_changes(sizes_before, fold.asw.desired_sizes),
     )
     for stream in sorted(set(views) | set(after) | set(fold.activity)):

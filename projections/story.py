@@ -48,6 +48,7 @@ from events.types import (
 )
 from projections.asw import Asw, DeviceState, PodVolumeState
 from projections.objects import object_text
+from projections.pending import DELETED, RESOLVED, PendingPods, waited_text, waits_text
 from projections.textfmt import (
     ERROR_MESSAGE_LIMIT,
     describe_attempt,
@@ -203,6 +204,8 @@ class Story:
 
     def __init__(self) -> None:
         self.asw = Asw()
+        self.pending = PendingPods()
+        """Every wait of a pod for its claims (`PodPending` until `PodAdded` / `PodRemoved`)."""
         self.pod_names: dict[str, str] = {}
         """'namespace/name' of every pod seen (removed pods included), by UID."""
         self._failures: dict[tuple[str, str], int] = {}
@@ -235,6 +238,8 @@ class Story:
             self._count_outcome(env.stream, body)
         elif isinstance(body, PodAdded | PodPending):
             self._learn_pod(body)
+        if env.stream.startswith(POD_PREFIX):
+            self.pending.apply(env)
         self.asw.apply(env)
 
     def tell(self, env: Envelope) -> StoryLine:
@@ -289,18 +294,22 @@ class Story:
         assert isinstance(body, PodAdded)
         self._learn_pod(body)
         again = body.pod_uid in self.asw.desired_pods
+        waited = self.pending.apply(env)
         self.asw.apply(env)
         vols = ", ".join(f"{v.name}={v.volume_id}" for v in body.volumes) or "none"
         verb = "updated" if again else "added"
         text = f"desired: pod {verb} (uid {body.pod_uid}); volumes: {vols}"
+        if waited is not None and waited.outcome == RESOLVED:
+            text += f"; no longer pending ({waited_text(waited)})"
         return StoryLine(env.seq, env.ts, env.stream, env.type, self.subject(env.stream), text)
 
     def _pod_pending(self, env: Envelope) -> StoryLine:
         body = env.body
         assert isinstance(body, PodPending)
         self._learn_pod(body)
+        self.pending.apply(env)
         self.asw.apply(env)
-        waits = "; ".join(f"{w.name} waits for {w.text}" for w in body.waiting) or "nothing"
+        waits = waits_text(body.waiting)
         text = f"desired: pod pending (uid {body.pod_uid}), nothing mounted yet: {waits}"
         return StoryLine(env.seq, env.ts, env.stream, env.type, self.subject(env.stream), text)
 
@@ -312,10 +321,13 @@ class Story:
             for name, state in self._pod_volume_states(body.pod_uid)
             if state != UNMOUNTED
         )
+        waited = self.pending.apply(env)
         self.asw.apply(env)
         if held:
             todo = ", ".join(f"{name} ({state})" for name, state in held)
             rest = f"unmount pending for {todo}"
+        elif waited is not None and waited.outcome == DELETED:
+            rest = f"deleted while pending ({waited_text(waited)}), nothing mounted"
         else:
             rest = "nothing mounted"
         text = f"desired: pod removed (uid {body.pod_uid}); {rest}"

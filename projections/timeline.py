@@ -21,8 +21,10 @@ from events.types import (
     OperationStarted,
     OperationSucceeded,
     PodAdded,
+    PodPending,
     PodRemoved,
 )
+from projections.pending import PendingPods
 
 
 @dataclass(slots=True)
@@ -106,6 +108,8 @@ class Timelines:
     streams: dict[str, Timeline] = field(default_factory=dict)
     pods: dict[str, PodLifecycle] = field(default_factory=dict)
     end_us: int = 0
+    pending: PendingPods = field(default_factory=PendingPods)
+    """The pods' waits for their claims (a pending pod has no pod-volume timeline)."""
 
     def apply(self, env: Envelope) -> None:
         """Fold one envelope (in `seq` order)."""
@@ -153,7 +157,11 @@ class Timelines:
 
     def _apply_pod(self, env: Envelope) -> None:
         body = env.body
-        if isinstance(body, PodAdded):
+        self.pending.apply(env)
+        if isinstance(body, PodPending):
+            pod = self.pods.setdefault(body.pod_uid, PodLifecycle(body.pod_uid))
+            pod.namespace, pod.name = body.namespace, body.name
+        elif isinstance(body, PodAdded):
             pod = self.pods.setdefault(body.pod_uid, PodLifecycle(body.pod_uid))
             pod.namespace, pod.name = body.namespace, body.name
             if pod.added_us is None or pod.removed_us is not None:

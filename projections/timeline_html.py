@@ -12,7 +12,9 @@ attributes:
   (started / succeeded / failed), `data-code`, `data-at`;
 * backoffs after a failure: `line.backoff` with `data-from` / `data-to`;
 * pod deletions: `line.pod-removed` with `data-stream`, `data-at`;
-* legend: `li` items with `data-state` or `data-mark`.
+* legend: `li` items with `data-state` or `data-mark`;
+* pods' waits for their claims: `table.pending` below the chart, one `tr.wait` per
+  `PodPending` with `data-pod`, `data-from`, `data-to` (empty: still waiting), `data-then`.
 
 Every bar and mark has an SVG `<title>` (the browser's tooltip); clicking
 one copies its text into the details line above the chart.
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from html import escape
 
 from events.tables import DEVICE_FSM, PODVOL_FSM
+from projections.pending import PendingSpell
 from projections.textfmt import duration_text, iso_time, seconds_text
 from projections.timeline import OperationMark, Segment, Timeline, Timelines
 
@@ -278,6 +281,9 @@ svg text.label.device{font-weight:600}
 svg .seg,svg .mark{cursor:pointer}
 svg .seg:hover{stroke:#202124;stroke-width:1.5}
 svg .mark:hover{stroke:#202124;stroke-width:2}
+h2{font-size:15px;margin:16px 0 4px}
+table.pending{border-collapse:collapse}
+table.pending td,table.pending th{border:1px solid #e8eaed;padding:2px 8px;text-align:left}
 """
 
 _JS = """
@@ -297,6 +303,33 @@ _JS = """
 """
 
 
+def _pending_table(waits: list[PendingSpell], end_us: int) -> str:
+    """Pods' waits for their claims: one row per `PodPending` (nothing was mounted then)."""
+    if not waits:
+        return ""
+    rows = []
+    for spell in waits:
+        for i, step in enumerate(spell.steps):
+            to_us = spell.step_end_us(i)
+            stop = to_us if to_us is not None else end_us
+            then = spell.step_then(i)
+            rows.append(
+                f'<tr class="wait" data-pod="{_attr(spell.pod)}" '
+                f'data-from="{iso_time(step.ts_us)}" data-to="{iso_time(to_us)}" '
+                f'data-then="{_attr(then)}"><td>{escape(spell.pod)}</td>'
+                f"<td>{iso_time(step.ts_us)}</td><td>{iso_time(to_us) or '(open)'}</td>"
+                f"<td>{duration_text(max(0, stop - step.ts_us))}</td>"
+                f"<td>{escape(step.text)}</td><td>{escape(then)}</td></tr>"
+            )
+    head = "".join(
+        f"<th>{h}</th>" for h in ("pod", "from", "to", "duration", "waiting for", "then")
+    )
+    return (
+        "<h2>Pending pods (waiting for their claims; nothing mounted meanwhile)</h2>"
+        f'<table class="pending"><tr>{head}</tr>{"".join(rows)}</table>'
+    )
+
+
 def render_timeline_html(
     tls: Timelines,
     chosen: list[Timeline],
@@ -305,8 +338,10 @@ def render_timeline_html(
     title: str = "volfsm timeline",
     node: str = "",
     start_us: int | None = None,
+    waits: list[PendingSpell] | None = None,
 ) -> str:
-    """The whole HTML page for `chosen` timelines, open segments drawn up to `end_us`."""
+    """The whole HTML page for `chosen` timelines, open segments drawn up to `end_us`;
+    `waits`, the pods' waits for their claims, as a table below the chart."""
     ordered = order_timelines(chosen, tls)
     starts = [seg.from_us for tl in chosen for seg in tl.segments[:1]]
     first = start_us if start_us is not None else min(starts, default=end_us)
@@ -331,6 +366,7 @@ def render_timeline_html(
         f"{_legend()}"
         '<div id="details">click a bar or a mark for details</div>'
         f'<div class="chart-wrap">{chart}</div>'
+        f"{_pending_table(waits or [], end_us)}"
         f"<script>{_JS}</script>"
         "</body></html>\n"
     )

@@ -43,6 +43,8 @@ def test_demo_writes_a_valid_history_of_a_few_minutes_ending_at_end(
     assert envs[-1].ts == DEMO_END_US
     types = {e.type for e in envs}
     assert {
+        "PodPending",
+        "ObjectApplied",
         "PodAdded",
         "PodRemoved",
         "DesiredSizeChanged",
@@ -60,7 +62,7 @@ def test_demo_writes_a_valid_history_of_a_few_minutes_ending_at_end(
     assert envs[-1].type == "OperationStarted"
     asw = fold(envs)
     states = sorted(pv.state for pv in asw.podvols.values())
-    assert states.count("Mounted") == 2 and states.count("Uncertain") == 1
+    assert states.count("Mounted") == 3 and states.count("Uncertain") == 1
 
 
 def test_same_seed_and_end_give_the_same_log(runner: CliRunner, tmp_path: Path) -> None:

@@ -52,10 +52,11 @@ def test_state_json_holds_the_final_state(runner: CliRunner, demo_log: DemoResul
         ids["metrics-tsdb"]: "DeviceGloballyMounted",
         ids["scratch"]: "Attached",
         ids["builder-ws"]: "DeviceGloballyMounted",
+        ids["cart-data"]: "DeviceGloballyMounted",
     }
     assert devices[ids["metrics-tsdb"]]["size_bytes"] == 5 * 1024**3
     podvols = {(p["pod_uid"], p["volume_name"]): p for p in doc["pod_volumes"]}
-    assert len(podvols) == 6
+    assert len(podvols) == 7
     ws = podvols[(ids["builder-7"], "workspace")]
     assert ws["state"] == "Uncertain"
     assert ws["last_operation"]["status"] == "running"
@@ -63,7 +64,8 @@ def test_state_json_holds_the_final_state(runner: CliRunner, demo_log: DemoResul
     assert ws["last_error"]["final"] is False
     assert podvols[(ids["web-0"], "data")]["state"] == "Unmounted"
     assert podvols[(ids["metrics-0"], "tsdb")]["state"] == "Mounted"
-    assert {p["name"] for p in doc["desired_pods"]} == {"metrics-0", "builder-7"}
+    assert {p["name"] for p in doc["desired_pods"]} == {"metrics-0", "builder-7", "cart-0"}
+    assert doc["pending_pods"] == []  # cart-0 waited for its claim, and was resolved
     assert doc["desired_sizes"] == {ids["web-data"]: 20 * 1024**3}
 
 
@@ -223,7 +225,7 @@ def test_timeline_without_filter_covers_every_fsm_stream(
 ) -> None:
     doc = _json(runner, ["timeline", *data_dir_args(demo_log)])
     kinds = [t["kind"] for t in doc["timelines"]]
-    assert kinds.count("device") == 5 and kinds.count("podvol") == 6
+    assert kinds.count("device") == 6 and kinds.count("podvol") == 7
     result = runner.invoke(
         app, ["timeline", "--volume", "a", "--pod", "b", *data_dir_args(demo_log)]
     )
@@ -232,12 +234,12 @@ def test_timeline_without_filter_covers_every_fsm_stream(
 
 def test_validate_accepts_the_demo(runner: CliRunner, demo_log: DemoResult) -> None:
     out = _ok(runner, ["validate", *data_dir_args(demo_log)])
-    assert out.strip() == f"ok: {demo_log.last_seq} events in 15 streams follow the tables"
+    assert out.strip() == f"ok: {demo_log.last_seq} events in 20 streams follow the tables"
     doc = _json(runner, ["validate", *data_dir_args(demo_log)])
     assert doc == {
         "ok": True,
         "events": demo_log.last_seq,
-        "streams": 15,
+        "streams": 20,
         "last_valid_seq": demo_log.last_seq,
         "violation": None,
     }

@@ -24,6 +24,11 @@ The story (node-7, from 2024-05-01T03:10:00Z, about two minutes):
   the retry fails with a final InvalidArgument, which moves Uncertain back
   to Unmounted; every later retry fails the same way with the backoff
   doubling up to 64 s: the log ends while it is backing off.
+* shop/cart-0 (CSI `data`) is applied before its claim: it waits
+  (PodPending: the claim shop/cart-data is not found yet); the claim is
+  applied, bound to a PV not applied yet, so it waits for the PV; the PV
+  is applied and the pod resolves (PodAdded, 6 s after it began waiting)
+  and mounts at once.
 * ci/builder-7 (CSI `workspace`): stages, and the publish is still in
   flight when the log ends (an OperationStarted with no outcome).
 """
@@ -37,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from events.log import EventLog
-from events.streams import device_stream, pod_stream, podvol_stream, stream_kind
+from events.streams import device_stream, object_stream, pod_stream, podvol_stream, stream_kind
 from events.tables import TABLES
 from events.types import (
     Body,
@@ -48,10 +53,13 @@ from events.types import (
     DeviceMounted,
     DeviceMountUncertain,
     DeviceUnmounted,
+    ObjectApplied,
     OperationFailed,
     OperationStarted,
     OperationSucceeded,
+    PendingVolume,
     PodAdded,
+    PodPending,
     PodRemoved,
     VolumeMounted,
     VolumeMountUncertain,
@@ -80,10 +88,12 @@ METRICS_UID = "3f6a1c52-7d0e-4b8a-9c11-5e2d7f4a8b90"
 WEB_UID = "8c2e5d71-1a4f-4c3b-b6e2-9d0f3a7c5e18"
 REPORT_UID = "b41d9e07-6c2a-4f85-8e3d-2a7b1c9f0d64"
 BUILDER_UID = "e9a7c3f1-4b6d-4e2a-a5c8-7f1d0b3e6a25"
+CART_UID = "d5b8e2a4-9f1c-4a7e-b3d6-0c2f8e1a7b59"
 TSDB_PV = "pvc-2b7e4f10-9c3d-4a6e-8f21-c5d0a9e7b314"
 DATA_PV = "pvc-7d1c0e95-3a8f-4b2d-9e64-1f5c8a2b7d03"
 INPUT_PV = "pvc-c08f3a6d-5e1b-4c97-a2d4-6b9e0f1c3a58"
 WS_PV = "pvc-5a93e2c7-0f4d-4e1a-b8c6-3d7a1f9e2b40"
+CART_PV = "pvc-e4c71b2d-8a3f-4d5e-9b06-7f2a1c8d3e65"
 
 
 class FakeClock:
@@ -196,14 +206,25 @@ class Incident:
     # --------------------------------------------------------- operations
 
     def start(
-        self, t: float, stream: str, operation: str, vol: DesiredVolume, pod_uid: str, reason: str
+        self,
+        t: float,
+        stream: str,
+        operation: str,
+        vol: DesiredVolume,
+        pod_uid: str,
+        reason: str,
+        op_id: str = "",
     ) -> Op:
+        """Schedule an OperationStarted; its id is the next of the script's, or `op_id`."""
         op = Op(stream, operation)
         plugin = CSI_LABEL if vol.source.plugin == CSI else EMPTY_DIR
 
         def write() -> None:
-            self._ops += 1
-            op.op_id = f"5e1f09a2-{self._ops}"
+            if op_id:
+                op.op_id = op_id
+            else:
+                self._ops += 1
+                op.op_id = f"5e1f09a2-{self._ops}"
             body = OperationStarted(
                 op_id=op.op_id,
                 operation=operation,
@@ -251,6 +272,24 @@ class Incident:
     def add_pod(self, t: float, uid: str, namespace: str, name: str, *vols: DesiredVolume) -> None:
         body = PodAdded(pod_uid=uid, namespace=namespace, name=name, volumes=vols)
         self.record(t, pod_stream(uid), body)
+
+    def pod_pending(
+        self, t: float, uid: str, namespace: str, name: str, *waiting: PendingVolume
+    ) -> None:
+        body = PodPending(pod_uid=uid, namespace=namespace, name=name, waiting=waiting)
+        self.record(t, pod_stream(uid), body)
+
+    def object_created(self, t: float, kind: str, namespace: str, name: str, rv: int) -> None:
+        digest = hashlib.sha256(f"{kind}/{namespace}/{name}".encode()).hexdigest()
+        body = ObjectApplied(
+            kind=kind,
+            namespace=namespace,
+            name=name,
+            uid=f"{digest[:8]}-{digest[8:12]}-4{digest[13:16]}-a{digest[17:20]}-{digest[20:32]}",
+            resource_version=rv,
+            content_hash=f"sha256:{digest}",
+        )
+        self.record(t, object_stream(kind, namespace, name), body)
 
     def remove_pod(self, t: float, uid: str, namespace: str, name: str) -> None:
         self.record(t, pod_stream(uid), PodRemoved(pod_uid=uid, namespace=namespace, name=name))
@@ -424,6 +463,29 @@ def report_pod(s: Incident, vol: DesiredVolume) -> None:
         backoff *= 2
 
 
+def cart_pod(s: Incident, vol: DesiredVolume) -> None:
+    """shop/cart-0: waits for its claim, then for the claim's PV; resolved, then mounted."""
+    claim = f"PersistentVolumeClaim shop/{vol.claim_name}"
+    no_claim = PendingVolume(name=vol.name, waits_for=claim, reason="not found yet")
+    s.pod_pending(92.0, CART_UID, "shop", "cart-0", no_claim)
+    s.object_created(95.0, "PersistentVolumeClaim", "shop", vol.claim_name, 3)
+    no_pv = PendingVolume(
+        name=vol.name,
+        waits_for=f"PersistentVolume {vol.pv_name}",
+        reason=f"not found yet ({claim} is bound to it)",
+        needs=(claim,),
+    )
+    s.pod_pending(95.0, CART_UID, "shop", "cart-0", no_pv)
+    s.object_created(98.0, "PersistentVolume", "", vol.pv_name, 4)
+    s.add_pod(98.0, CART_UID, "shop", "cart-0", vol)
+    stream = podvol_stream(CART_UID, vol.name)
+    op = s.start(98.05, stream, "volume_mount", vol, CART_UID, REASON_MOUNT, op_id="7c3a9d10-1")
+    s.attach(98.06, vol)
+    s.staged(99.6, vol)
+    s.mounted(100.1, CART_UID, vol)
+    s.succeeded(100.102, op, 2.052)
+
+
 def builder_pod(s: Incident, ws: DesiredVolume) -> None:
     """ci/builder-7: staged; the publish is in flight when the log ends."""
     pv = podvol_stream(BUILDER_UID, "workspace")
@@ -439,6 +501,7 @@ def scenario() -> Incident:
     metrics_pod(s, csi_volume("tsdb", TSDB_PV, "metrics-tsdb", 5 * GIB))
     web_pod(s, csi_volume("data", DATA_PV, "web-data", 10 * GIB), empty_dir(WEB_UID, "cache"))
     report_pod(s, csi_volume("input", INPUT_PV, "report-input", GIB, read_only=True))
+    cart_pod(s, csi_volume("data", CART_PV, "cart-data", 2 * GIB))
     builder_pod(s, csi_volume("workspace", WS_PV, "builder-ws", 50 * GIB))
     return s
 

@@ -47,12 +47,17 @@ def test_the_teardown_window() -> None:
 
 
 def test_from_the_start_everything_is_added_or_came_and_went() -> None:
-    d = diff_log(envelopes(), 0, 75)
-    assert d.events == 75 and d.from_seq == 0
-    assert {p.pod for p in d.pods} == {"batch/report-1", "ci/builder-7", "monitoring/metrics-0"}
+    d = diff_log(envelopes(), 0, 86)
+    assert d.events == 86 and d.from_seq == 0
+    assert {p.pod: p.change for p in d.pods} == {
+        "batch/report-1": "added",
+        "ci/builder-7": "added",
+        "monitoring/metrics-0": "added",
+        "shop/cart-0": "added",  # after waiting for its claim: see test_diff_pending
+    }
     changes = {c.subject: c.change for c in d.devices}
     assert changes[DATA_PV] == "transient"
-    assert sorted(changes.values()).count("added") == 3
+    assert sorted(changes.values()).count("added") == 4
     assert [(s.volume_id, s.from_bytes, s.to_bytes) for s in d.desired_sizes] == [
         ("pvc-2b7e4f10-9c3d-4a6e-8f21-c5d0a9e7b314", None, 8 * 1024**3)
     ]

@@ -31,7 +31,7 @@ def _rows(path: Path) -> list[tuple[object, ...]]:
 def test_the_script_writes_exactly_the_committed_log(tmp_path: Path) -> None:
     fresh = tmp_path / "incident.db"
     events = _script().write_incident(fresh)
-    assert events == 75
+    assert events == 86
     assert _rows(fresh) == _rows(INCIDENT)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["incident.db"]  # no -wal, -shm, .lock
 
@@ -41,7 +41,7 @@ def test_the_committed_log_is_legal_and_needs_no_side_files() -> None:
         assert log.node == "node-7"
         report = validate(log.read_after(0))
     assert report.ok, report.violation
-    assert (report.events, report.streams) == (75, 14)
+    assert (report.events, report.streams) == (86, 19)
     conn = sqlite3.connect(f"file:{INCIDENT}?immutable=1", uri=True)
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"

@@ -70,12 +70,12 @@ def test_json_has_one_line_per_event_with_the_same_keys(runner: CliRunner, incid
         "from": None,
         "until": None,
         "first_seq": 1,
-        "last_seq": 75,
-        "events": 75,
+        "last_seq": 86,
+        "events": 86,
         "folded_before": 0,
     }
     lines = doc["lines"]
-    assert [line["seq"] for line in lines] == list(range(1, 76))
+    assert [line["seq"] for line in lines] == list(range(1, 87))
     assert len({tuple(line) for line in lines}) == 1  # every line has the same keys
     failed = [line for line in lines if line["type"] == "OperationFailed"]
     assert {line["code"] for line in failed} == {
@@ -94,9 +94,9 @@ def test_json_has_one_line_per_event_with_the_same_keys(runner: CliRunner, incid
 
 def test_an_empty_window_still_shows_the_state(runner: CliRunner, incident: Path) -> None:
     out = run_ok(runner, ["replay", "--db", str(incident), "--from", "2024-05-01T04:00:00Z"])
-    assert "0 events (no events); 75 earlier events folded first" in out.splitlines()[0]
+    assert "0 events (no events); 86 earlier events folded first" in out.splitlines()[0]
     assert _seqs(out) == []
-    assert "state at the end (seq 75, 2024-05-01T03:11:52.100Z):" in out
+    assert "state at the end (seq 86, 2024-05-01T03:11:52.100Z):" in out
 
 
 def test_until_before_from_is_refused(runner: CliRunner, incident: Path) -> None:

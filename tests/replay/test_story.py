@@ -175,18 +175,23 @@ def test_the_summary_counts_states_and_lists_what_matters() -> None:
         story.tell(env)
     summary = story.summary()
     assert summary.seq == len(envelopes())
-    assert summary.devices == {"DeviceGloballyMounted": 3}
-    assert summary.pod_volumes == {"Unmounted": 4, "Mounted": 1}
-    assert summary.desired_pods == ["batch/report-1", "ci/builder-7", "monitoring/metrics-0"]
+    assert summary.devices == {"DeviceGloballyMounted": 4}
+    assert summary.pod_volumes == {"Unmounted": 4, "Mounted": 2}
+    assert summary.desired_pods == [
+        "batch/report-1",
+        "ci/builder-7",
+        "monitoring/metrics-0",
+        "shop/cart-0",
+    ]
     subjects = [e.subject for e in summary.entries]
     # web-0 is gone and its volumes are unmounted: counted, not listed; its device is detached.
     assert not any("web-0" in s or DATA_PV in s for s in subjects)
-    assert len(subjects) == 6
+    assert len(subjects) == 8
     report = next(e for e in summary.entries if e.subject == "batch/report-1:input")
     assert report.retry_at_us == 1_714_533_000_000_000 + 176_100_000
     text = summary_lines(summary)
-    assert text[0] == "state at the end (seq 75, 2024-05-01T03:11:52.100Z):"
-    assert text[1] == "  devices: 3 (DeviceGloballyMounted 3)"
+    assert text[0] == "state at the end (seq 86, 2024-05-01T03:11:52.100Z):"
+    assert text[1] == "  devices: 4 (DeviceGloballyMounted 4)"
 
 
 def test_pod_names_are_learnt_and_kept_after_removal() -> None:

@@ -10,6 +10,9 @@ a few minutes of a node's life, stamped by a fake clock so the history ends
 * pod analytics/report-0 shares the CSI volume (read-only);
 * the volume is expanded from 10 GiB to 20 GiB;
 * pod monitoring/metrics-0 arrives with its own CSI volume and an emptyDir;
+* pod shop/cart-0 is applied before its claim and waits (PodPending): first
+  for the claim, then for the PV the claim is bound to; once the PV is
+  applied it resolves (PodAdded) and its volume is published;
 * web-0 and report-0 are deleted: unpublish, an unstage that fails
   ("target is busy" -> Uncertain), a retry that succeeds, detach;
 * pod ci/builder-7's publish times out (Uncertain) and the retry is still
@@ -27,7 +30,7 @@ from pathlib import Path
 
 from events.errors import NotAVolfsmLogError
 from events.log import EventLog
-from events.streams import device_stream, pod_stream, podvol_stream, stream_kind
+from events.streams import device_stream, object_stream, pod_stream, podvol_stream, stream_kind
 from events.tables import TABLES
 from events.types import (
     Body,
@@ -38,10 +41,13 @@ from events.types import (
     DeviceMounted,
     DeviceMountUncertain,
     DeviceUnmounted,
+    ObjectApplied,
     OperationFailed,
     OperationStarted,
     OperationSucceeded,
+    PendingVolume,
     PodAdded,
+    PodPending,
     PodRemoved,
     VolumeMounted,
     VolumeMountUncertain,
@@ -102,6 +108,11 @@ class _Pod:
 
     def removed(self) -> PodRemoved:
         return PodRemoved(pod_uid=self.uid, namespace=self.namespace, name=self.name)
+
+    def pending(self, *waiting: PendingVolume) -> PodPending:
+        return PodPending(
+            pod_uid=self.uid, namespace=self.namespace, name=self.name, waiting=waiting
+        )
 
 
 @dataclass
@@ -288,6 +299,47 @@ class _Node:
         self.s.fire(device_stream(vol.volume_id), DeviceDetached(volume_id=vol.volume_id))
 
 
+def _object_created(s: _Script, kind: str, namespace: str, name: str, rv: int) -> None:
+    """An apply of a claim or PV (its content hash made up from the seed)."""
+    body = ObjectApplied(
+        kind=kind,
+        namespace=namespace,
+        name=name,
+        uid=s.uid(),
+        resource_version=rv,
+        content_hash=f"sha256:{s.rng.getrandbits(256):064x}",
+    )
+    s.record(object_stream(kind, namespace, name), body)
+
+
+def _waits_for_claim(s: _Script, node: _Node) -> None:
+    """shop/cart-0 waits for its claim, then for the claim's PV; resolved, then published."""
+    cart = _Pod(s.uid(), "shop", "cart-0")
+    data = _csi_volume("data", f"pvc-{s.uid()}", "cart-data", 2 * GIB)
+    cart.volumes = (data,)
+    claim = f"PersistentVolumeClaim shop/{data.claim_name}"
+    s.record(
+        pod_stream(cart.uid),
+        cart.pending(PendingVolume(name="data", waits_for=claim, reason="not found yet")),
+    )
+    s.wait(20)
+    _object_created(s, "PersistentVolumeClaim", "shop", data.claim_name, 7)
+    no_pv = PendingVolume(
+        name="data",
+        waits_for=f"PersistentVolume {data.pv_name}",
+        reason=f"not found yet ({claim} is bound to it)",
+        needs=(claim,),
+    )
+    s.record(pod_stream(cart.uid), cart.pending(no_pv))
+    s.wait(12)
+    _object_created(s, "PersistentVolume", "", data.pv_name, 8)
+    s.record(pod_stream(cart.uid), cart.added())
+    s.wait(0.05)
+    node.attach(data)
+    node.stage(data, 1.6)
+    node.publish(cart, data, 0.5)
+
+
 def build_scenario(rng: random.Random) -> list[Step]:
     """The demo's steps; pure (no I/O), fully determined by `rng`."""
     s = _Script(rng)
@@ -336,7 +388,10 @@ def build_scenario(rng: random.Random) -> list[Step]:
     node.stage(tsdb, 1.8)
     node.publish(metrics, tsdb, 0.5)
 
-    s.wait(60)
+    s.wait(10)
+    _waits_for_claim(s, node)
+
+    s.wait(20)
     s.record(pod_stream(web.uid), web.removed())
     s.wait(0.4)
     node.unpublish(web, data, 0.3)

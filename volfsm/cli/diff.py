@@ -32,6 +32,17 @@ def _entry_rows(changes: list[EntryChange]) -> list[list[str]]:
     ]
 
 
+def _print_pods(diff: WorldDiff) -> None:
+    """The desired pods that changed; a DETAIL column when a pod waited for its claims."""
+    columns = ["CHANGE", "POD", "UID", "VOLUMES"]
+    rows = [[p.change, p.pod, p.pod_uid, ", ".join(p.volumes)] for p in diff.pods]
+    if any(p.details for p in diff.pods):
+        columns.append("DETAIL")
+        for row, p in zip(rows, diff.pods, strict=True):
+            row.append("; ".join(p.details))
+    print_table("Desired pods", columns, rows)
+
+
 def print_diff(diff: WorldDiff, node: str, from_us: int, to_us: int | None) -> None:
     """The diff as text: a heading line, then one table per kind of change."""
     print_line(
@@ -42,11 +53,7 @@ def print_diff(diff: WorldDiff, node: str, from_us: int, to_us: int | None) -> N
         print_line("nothing changed")
         return
     print_line("")
-    print_table(
-        "Desired pods",
-        ["CHANGE", "POD", "UID", "VOLUMES"],
-        [[p.change, p.pod, p.pod_uid, ", ".join(p.volumes)] for p in diff.pods],
-    )
+    _print_pods(diff)
     if diff.desired_sizes:
         print_line("")
         print_table(
@@ -76,7 +83,8 @@ def diff_json(diff: WorldDiff, node: str, from_us: int, to_us: int | None) -> di
     """The diff as JSON: the moments asked (`from`, `to`; null = end of log), then the diff.
 
     `from_seq` / `to_seq` are the last events at or before each moment;
-    `from_ts` / `to_ts` their times (0 before the first event).
+    `from_ts` / `to_ts` their times (0 before the first event). A pod that waited for its
+    claims has `details` (since when, for what, how the wait ended).
     """
     doc: dict[str, Any] = {
         "node": node,
@@ -84,6 +92,9 @@ def diff_json(diff: WorldDiff, node: str, from_us: int, to_us: int | None) -> di
         "to": fmt_ts(to_us) or None,
     }
     doc.update(msgspec.to_builtins(diff))
+    for pod in doc["pods"]:
+        if not pod["details"]:
+            del pod["details"]  # only a pod that waited for its claims has them
     return doc
 
 

@@ -7,12 +7,14 @@ from typing import Annotated, Any
 import typer
 
 from events.log import EventLog
-from events.types import PodAdded
+from events.types import PodAdded, PodPending
 from projections.asw import Asw, DeviceState, PodVolumeState
+from projections.pending import PendingPods, PendingSpell, pending_json
 from projections.textfmt import TIME_HELP, describe_error, describe_operation
 from volfsm.cli.common import DataDirOpt, DbOpt, Output, OutputOpt, open_log, parse_time
 from volfsm.render import (
     fmt_bytes,
+    fmt_duration,
     fmt_ts,
     print_json,
     print_line,
@@ -66,10 +68,31 @@ def _pod_row(pod: PodAdded) -> list[str]:
     return [pod.pod_uid, f"{pod.namespace}/{pod.name}", volumes]
 
 
+def _pending_rows(waiting: list[PendingSpell], end_us: int) -> list[list[str]]:
+    return [
+        [
+            s.pod_uid,
+            s.pod,
+            fmt_ts(s.since_us),
+            fmt_duration(s.duration_us(end_us)),
+            f"volume {w.name}: {w.text}",
+        ]
+        for s in waiting
+        for w in s.waiting
+    ]
+
+
 def print_state_table(
-    asw: Asw, node: str, pod_names: dict[str, str], asked: str | None = None
+    asw: Asw,
+    node: str,
+    pod_names: dict[str, str],
+    asked: str | None = None,
+    pending: PendingPods | None = None,
+    at_us: int | None = None,
 ) -> None:
-    """The ASW as three tables: devices, pod volumes, desired pods."""
+    """The ASW as three tables: devices, pod volumes, desired pods; and a fourth of the
+    pods waiting for their claims, if any (one row per waiting volume; how long they have
+    waited is measured to `at_us`, default the last event)."""
     as_of = f"seq {asw.last_seq} ({fmt_ts(asw.last_ts)})" if asw.last_seq else "seq 0 (no events)"
     asked_text = f" (asked for {asked})" if asked else ""
     print_line(f"node {node or '?'}, as of {as_of}{asked_text}")
@@ -107,6 +130,21 @@ def print_state_table(
             for uid, p in sorted(asw.desired_pods.items())
         ],
     )
+    waiting = _waiting(pending)
+    if waiting:
+        print_line("")
+        print_table(
+            "Pending pods (desired, nothing mounted until every volume resolves)",
+            ["POD UID", "POD", "PENDING SINCE", "FOR", "WAITING FOR"],
+            _pending_rows(waiting, at_us if at_us is not None else asw.last_ts),
+        )
+
+
+def _waiting(pending: PendingPods | None) -> list[PendingSpell]:
+    """The waits still going, by pod name and uid."""
+    if pending is None:
+        return []
+    return sorted(pending.open.values(), key=lambda s: (s.pod, s.pod_uid))
 
 
 def _as_dict(obj: object) -> dict[str, Any]:
@@ -115,10 +153,19 @@ def _as_dict(obj: object) -> dict[str, Any]:
     return result
 
 
-def state_json(asw: Asw, node: str, asked: str | None = None) -> dict[str, Any]:
+def state_json(
+    asw: Asw,
+    node: str,
+    asked: str | None = None,
+    pending: PendingPods | None = None,
+    at_us: int | None = None,
+) -> dict[str, Any]:
     """The ASW as a JSON document (times in µs, plus ISO `since`).
 
     `as_of` is the last event applied; `asked` echoes --at / --seq (null if neither).
+    `pending_pods` lists the pods waiting for their claims (`pending_json`; not in
+    `desired_pods`, which holds the added ones), `duration_us` measured to `at_us` (default:
+    the last event).
     """
     devices = []
     for dev in sorted(asw.devices.values(), key=lambda d: d.volume_id):
@@ -138,23 +185,34 @@ def state_json(asw: Asw, node: str, asked: str | None = None) -> dict[str, Any]:
         "pod_volumes": podvols,
         "desired_pods": [_as_dict(p) for _, p in sorted(asw.desired_pods.items())],
         "desired_sizes": dict(sorted(asw.desired_sizes.items())),
+        "pending_pods": [
+            pending_json(s, at_us if at_us is not None else asw.last_ts) for s in _waiting(pending)
+        ],
     }
 
 
-def load_state(log: EventLog, seq: int | None, at_us: int | None) -> tuple[Asw, dict[str, str]]:
+def load_state(
+    log: EventLog, seq: int | None, at_us: int | None
+) -> tuple[Asw, dict[str, str], PendingPods]:
     """Fold the log up to `seq`, or to the last event at or before `at_us`, or all of it.
 
-    Also returns 'namespace/name' of every pod seen so far, removed pods included.
+    Also returns 'namespace/name' of every pod seen so far, removed pods included,
+    and the pods' waits for their claims.
     """
     if at_us is not None:
         seq = log.seq_at_time(at_us)
     asw = Asw()
     pod_names: dict[str, str] = {}
+    pending = PendingPods()
     for env in log.read_after(0, until_seq=seq):
         asw.apply(env)
-        if isinstance(env.body, PodAdded):
-            pod_names[env.body.pod_uid] = f"{env.body.namespace}/{env.body.name}"
-    return asw, pod_names
+        body = env.body
+        if isinstance(body, PodAdded | PodPending):
+            pod_names[body.pod_uid] = f"{body.namespace}/{body.name}"
+            pending.apply(env)
+        elif env.type == "PodRemoved":
+            pending.apply(env)
+    return asw, pod_names, pending
 
 
 def state(
@@ -171,15 +229,15 @@ def state(
         raise typer.BadParameter("give --at or --seq, not both", param_hint="--at/--seq")
     at_us = parse_time(at, option="--at") if at is not None else None
     with open_log(data_dir, db) as log:
-        asw, pod_names = load_state(log, seq, at_us)
+        asw, pod_names, pending = load_state(log, seq, at_us)
         node = log.node
     asked = f"time {fmt_ts(at_us)}" if at_us is not None else None
     if seq is not None:
         asked = f"seq {seq}"
     if output is Output.json:
-        print_json(state_json(asw, node, asked))
+        print_json(state_json(asw, node, asked, pending, at_us))
     else:
-        print_state_table(asw, node, pod_names, asked)
+        print_state_table(asw, node, pod_names, asked, pending, at_us)
 
 
 def register(app: typer.Typer) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from projections.pending import PendingSpell, pending_json
 from projections.textfmt import TIME_HELP
 from projections.timeline import OperationMark, Segment, Timeline, Timelines, build_timelines
 from projections.timeline_html import render_timeline_html
@@ -37,8 +38,31 @@ def _operation_detail(mark: OperationMark) -> str:
     return f"{mark.message} ({kind})"
 
 
-def print_timeline_tables(tls: Timelines, chosen: list[Timeline], end_us: int) -> None:
-    """Segments, time in each state, and operation marks, one table each."""
+def _pending_rows(waits: list[PendingSpell], end_us: int) -> list[list[str]]:
+    """One row per `PodPending`: what the pod waited for, from when to when, what followed."""
+    rows = []
+    for spell in waits:
+        for i, step in enumerate(spell.steps):
+            to_us = spell.step_end_us(i)
+            stop = to_us if to_us is not None else end_us
+            rows.append(
+                [
+                    spell.pod,
+                    fmt_ts(step.ts_us),
+                    fmt_ts(to_us) or "(open)",
+                    fmt_duration(max(0, stop - step.ts_us)),
+                    step.text,
+                    spell.step_then(i),
+                ]
+            )
+    return rows
+
+
+def print_timeline_tables(
+    tls: Timelines, chosen: list[Timeline], end_us: int, waits: list[PendingSpell] | None = None
+) -> None:
+    """Segments, time in each state, and operation marks, one table each; then the pods'
+    lifecycles and, if any, their waits for their claims (`waits`)."""
     print_line(f"{len(chosen)} timelines, open segments measured to {fmt_ts(end_us)}")
     print_line("")
     seg_rows = [
@@ -70,7 +94,8 @@ def print_timeline_tables(tls: Timelines, chosen: list[Timeline], end_us: int) -
     print_table(
         "Operations", ["STREAM", "TIME", "OPERATION", "STATUS", "CODE", "DETAIL", "OP ID"], op_rows
     )
-    pods = sorted({tl.pod_uid for tl in chosen if tl.pod_uid})
+    waits = waits or []
+    pods = sorted({tl.pod_uid for tl in chosen if tl.pod_uid} | {w.pod_uid for w in waits})
     lifecycles = [tls.pods[uid] for uid in pods if uid in tls.pods]
     if lifecycles:
         print_line("")
@@ -82,10 +107,20 @@ def print_timeline_tables(tls: Timelines, chosen: list[Timeline], end_us: int) -
                 for p in lifecycles
             ],
         )
+    if waits:
+        print_line("")
+        print_table(
+            "Pending pods (waiting for their claims; nothing mounted meanwhile)",
+            ["POD", "FROM", "TO", "DURATION", "WAITING FOR", "THEN"],
+            _pending_rows(waits, end_us),
+        )
 
 
-def timeline_json(tls: Timelines, chosen: list[Timeline], end_us: int) -> dict[str, Any]:
-    """Timelines as JSON: segments (µs and ISO), time in state (µs), operation marks."""
+def timeline_json(
+    tls: Timelines, chosen: list[Timeline], end_us: int, waits: list[PendingSpell] | None = None
+) -> dict[str, Any]:
+    """Timelines as JSON: segments (µs and ISO), time in state (µs), operation marks;
+    `pending`: the pods' waits for their claims (`pending_json`)."""
     items = []
     for tl in chosen:
         segments = []
@@ -112,13 +147,28 @@ def timeline_json(tls: Timelines, chosen: list[Timeline], end_us: int) -> dict[s
                 "operations": to_builtins(tl.marks),
             }
         )
-    pods = sorted({tl.pod_uid for tl in chosen if tl.pod_uid})
+    waits = waits or []
+    pods = sorted({tl.pod_uid for tl in chosen if tl.pod_uid} | {w.pod_uid for w in waits})
     return {
         "end_us": end_us,
         "end": fmt_ts(end_us),
         "timelines": items,
         "pods": [to_builtins(tls.pods[uid]) for uid in pods if uid in tls.pods],
+        "pending": [pending_json(w, end_us) for w in waits],
     }
+
+
+def select_waits(
+    tls: Timelines, volume: str | None, uids: list[str], since_us: int | None
+) -> list[PendingSpell]:
+    """The waits to show: every pod's, or the pods asked for (none for --volume: a pending
+    pod has no volume yet); with --since, the ones still going then or later."""
+    if volume is not None:
+        return []
+    waits = tls.pending.of_pods(uids) if uids else list(tls.pending.spells)
+    if since_us is not None:
+        waits = [w for w in waits if w.ended_us is None or w.ended_us >= since_us]
+    return waits
 
 
 def load_timelines(log: EventLog, until_us: int | None) -> tuple[Timelines, int]:
@@ -223,17 +273,18 @@ def timeline(
         tls, end_us = load_timelines(log, until_us)
         node = log.node
     chosen = _select(tls, volume, uids)
+    waits = select_waits(tls, volume, uids, since_us)
     if since_us is not None:
         chosen = clip(chosen, since_us)
     if output is TimelineOutput.html:
         assert out_file is not None
-        _write_html(out_file, tls, chosen, end_us, node, _subject(tls, volume, uids))
+        _write_html(out_file, tls, chosen, end_us, node, _subject(tls, volume, uids), waits)
         return
     with to_file(out_file):
         if output is TimelineOutput.json:
-            print_json(timeline_json(tls, chosen, end_us))
+            print_json(timeline_json(tls, chosen, end_us, waits))
         else:
-            print_timeline_tables(tls, chosen, end_us)
+            print_timeline_tables(tls, chosen, end_us, waits)
 
 
 def _subject(tls: Timelines, volume: str | None, uids: list[str]) -> str | None:
@@ -246,10 +297,16 @@ def _subject(tls: Timelines, volume: str | None, uids: list[str]) -> str | None:
 
 
 def _write_html(
-    path: Path, tls: Timelines, chosen: list[Timeline], end_us: int, node: str, what: str | None
+    path: Path,
+    tls: Timelines,
+    chosen: list[Timeline],
+    end_us: int,
+    node: str,
+    what: str | None,
+    waits: list[PendingSpell],
 ) -> None:
     title = f"volfsm timeline: {what}" if what else f"volfsm timeline: node {node or '?'}"
-    page = render_timeline_html(tls, chosen, end_us, title=title, node=node)
+    page = render_timeline_html(tls, chosen, end_us, title=title, node=node, waits=waits)
     try:
         path.write_text(page, encoding="utf-8")
     except OSError as exc:

@@ -179,6 +179,8 @@ class Pod:
                 "metadata": {"namespace": NAMESPACE, "name": self.name, "uid": self.uid},
                 "spec": {
                     "containers": [{"name": "c", "image": "busybox"}],
+                    # only the volumes the crash matrix chose, no admission token volume
+                    "automountServiceAccountToken": False,
                     "volumes": [v.pod_volume() for v in self.volumes],
                 },
             }

@@ -105,8 +105,8 @@ def waits_for_its_claim(svc: ServeProcess, name: str) -> None:
     """The pod is desired, Pending, and its volume waits for the claim `<name>-scratch`."""
     pod = pod_status(svc, name)
     assert (pod["desired"], pod["phase"]) == (True, "Pending")
-    [vol] = pod["volumes"]
-    assert (vol["name"], vol["state"]) == ("scratch", "Unmounted")
+    [vol] = [v for v in pod["volumes"] if v["name"] == "scratch"]  # and the token volume
+    assert {v["state"] for v in pod["volumes"]} == {"Unmounted"}
     assert vol["waiting"].startswith(f"PersistentVolumeClaim default/{name}-scratch: not found yet")
 
 
@@ -135,7 +135,7 @@ def test_a_pod_before_its_claim_waits_then_mounts(world: tuple[ServeProcess, Pat
     assert "pod/default/web no longer waiting (uid uid-web)" in text.splitlines()
     code, out, err = cli(svc, "wait", "pod", "default/web", "--for", "mounted", "--timeout", "30")
     assert code == 0, err
-    [vol] = pod_status(svc, "web")["volumes"]
+    [vol] = [v for v in pod_status(svc, "web")["volumes"] if v["name"] == "scratch"]
     assert (vol["claim"], vol["mount_path"]) == ("web-scratch", str(tmp / "web"))
     assert (tmp / "web").is_dir()
 

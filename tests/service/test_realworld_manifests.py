@@ -11,6 +11,10 @@ once with `volfsm apply -f FILE`, in name order; `EXPECT` says what each apply m
 Then every pod's volumes are checked (files, the atomic writer's symlinks, modes, tmpfs and
 its size, tokens, host paths made with their type, fsGroup ownership), and at the end every
 pod is deleted and the host paths must hold exactly what they held while mounted.
+
+The pods are admitted as the API server's ServiceAccount admission plugin admits them: each
+gets the kube-api-access-* token volume where the API server would add it (not the dumps of
+files 08 and 13, which carry theirs), and each namespace a kube-root-ca.crt ConfigMap.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import jwt
 import pytest
 
 from tests.service.helpers import REPO_ROOT, ServeProcess, cli, unmount_under, until
+from volfsm.desired.admission import api_access_name
 from volfsm.node import mounts
 from volfsm.node.atomicwriter import DATA_DIR, TS_DIR_RE
 
@@ -536,8 +541,8 @@ def assert_waits(a: Applied, pod: str, reason: str) -> None:
     assert code == 0, out + err
     [found] = json.loads(out)["items"]
     assert found["phase"] == "Pending"
-    [vol] = found["volumes"]
-    assert vol["state"] == "Unmounted"
+    assert {v["state"] for v in found["volumes"]} == {"Unmounted"}
+    [vol] = [v for v in found["volumes"] if v.get("waiting")]
     assert reason in json.dumps(vol["waiting"]), vol
     assert not (a.svc.root_dir / "pods" / a.uids[pod] / "volumes").exists()
 
@@ -612,6 +617,68 @@ def _generic_ephemeral_waits(a: Applied) -> None:
 def _static_pv_unbound_claim_waits(a: Applied) -> None:
     assert_waits(a, "default/shelf", f"PersistentVolumeClaim default/shelf-claim: {UNBOUND}")
     assert not (HOST / "shelf").exists()
+
+
+# ------------------------------------------------------- what the API server would add
+
+OWN_TOKEN_VOLUME = {
+    "default/api-7d9c5b6f4-x2kqp": "kube-api-access-q7mzt",  # 08: the kubectl dump
+    "default/ownership-demo": "kube-api-access-8kd2v",  # 13: written with the volume
+}
+"""Pods that carry their kube-api-access-* volume: admission adds none."""
+NO_TOKEN = {"default/release-checker"}
+"""Pods with `automountServiceAccountToken: false` (file 24)."""
+MOUNTED_PODS = sorted(
+    (name, pod) for name, e in EXPECT.items() for pod in set(e.pods) - set(e.pending)
+)
+
+
+def stored_config_map(a: Applied, key: str) -> dict[str, Any]:
+    code, out, err = cli(a.svc, "get", "configmaps", key, "-o", "json")
+    assert code == 0, out + err
+    found: dict[str, Any] = json.loads(out)["items"][0]["object"]
+    return found
+
+
+@pytest.mark.parametrize(("name", "pod"), MOUNTED_PODS)
+def test_each_pod_has_the_token_volume_the_api_server_would_give_it(
+    applied: Applied, name: str, pod: str
+) -> None:
+    _, out, _ = applied.results[name]
+    own = OWN_TOKEN_VOLUME.get(pod)
+    volume = own or api_access_name(applied.uids[pod])
+    line = f"pod/{pod}: added volume {volume} (service-account token"
+    assert (line in out) is (own is None and pod not in NO_TOKEN), out
+    vol = applied.vol(pod, "projected", volume)
+    if pod in NO_TOKEN:
+        assert not vol.parent.exists()
+        return
+    assert mounts.find_mount(vol) is not None
+    files = payload(vol)
+    assert set(files) == {"token", "ca.crt", "namespace"}
+    namespace = pod.split("/")[0]
+    assert files["namespace"].content == namespace.encode()
+    ca = stored_config_map(applied, f"{namespace}/kube-root-ca.crt")["data"]["ca.crt"]
+    assert files["ca.crt"].content == ca.encode()
+    claims = token_claims(vol / "token")
+    assert claims["exp"] - claims["iat"] == 3607
+    assert claims["kubernetes.io"]["pod"]["uid"] == applied.uids[pod]
+
+
+def test_kube_root_ca_is_published_where_none_was_applied(applied: Applied) -> None:
+    # default: volfsm published one at the first pod (file 01), file 08 applied the
+    # cluster's over it; payments (file 21): volfsm's, from the node-local CA
+    first = applied.results["01-configmap-volume.yaml"][1]
+    published = "created (published by volfsm from the node-local CA)"
+    assert f"configmap/default/kube-root-ca.crt {published}" in first
+    dump = applied.results["08-kube-api-access-dump.yaml"][1]
+    assert "configmap/default/kube-root-ca.crt configured" in dump
+    default = stored_config_map(applied, "default/kube-root-ca.crt")
+    assert default["data"]["ca.crt"].startswith("-----BEGIN CERTIFICATE-----\nMIIBdzCC")
+    assert "volfsm.io/published-by" not in default["metadata"]["annotations"]
+    payments = stored_config_map(applied, "payments/kube-root-ca.crt")
+    assert payments["metadata"]["annotations"]["volfsm.io/published-by"] == "volfsm"
+    assert payments["data"]["ca.crt"].startswith("-----BEGIN CERTIFICATE-----\n")
 
 
 def test_every_file_has_a_volume_check() -> None:

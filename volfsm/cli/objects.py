@@ -92,7 +92,8 @@ def object_list(what: str) -> str | None:
 
 def apply_lines(reply: dict[str, Any]) -> list[str]:
     """What `apply` prints: one line per object (a pod with its uid, and what it waits for if
-    it is pending), then the deleted pods."""
+    it is pending; a line more for a pod admission gave a token volume), then the deleted
+    pods."""
     lines = []
     for result in reply.get("results", []):
         namespace = result.get("namespace") or ""
@@ -103,7 +104,12 @@ def apply_lines(reply: dict[str, Any]) -> list[str]:
         if result.get("waiting"):
             accepted = "" if result.get("action") == "still waiting" else "accepted, "
             line += f"; {accepted}waiting: {result['waiting']}"
+        note = result.get("note")
+        if note and result.get("kind") != "Pod":
+            line += f" ({note})"
         lines.append(line)
+        if note and result.get("kind") == "Pod":
+            lines.append(f"pod/{where}: {note}")
     for pod in reply.get("deleted", []):
         lines.append(f"pod/{pod['namespace']}/{pod['name']} deleted (not in the desired state)")
     if reply.get("desired_complete"):

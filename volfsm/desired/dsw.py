@@ -34,6 +34,7 @@ from events.types import (
     PodPending,
     PodRemoved,
 )
+from volfsm.desired.admission import Admission
 from volfsm.desired.errors import InvalidObjectError
 from volfsm.desired.objects import PersistentVolume, PersistentVolumeClaim, Pod
 from volfsm.desired.plan import (
@@ -85,6 +86,8 @@ class DesiredStateOfWorld:
         self.can_serve = can_serve
         self.node_name = node_name
         """This node: pods whose spec.nodeName names another one are refused ("" takes all)."""
+        self.admission: Admission | None = None
+        """ServiceAccount admission of new pods (`volfsm serve` sets it); None: pods as given."""
         self.pods: dict[str, PodAdded] = {}
         self.pending: dict[str, PodPending] = {}
         """Pods desired but waiting for objects their volumes need (nothing to mount yet)."""
@@ -118,7 +121,7 @@ class DesiredStateOfWorld:
         objects that change nothing gives a plan without changes. `stored`
         is the node's object store: uids and content hashes come from it.
         """
-        return plan_apply(objects, self, self.can_serve, self.node_name, stored)
+        return plan_apply(objects, self, self.can_serve, self.node_name, stored, self.admission)
 
     def commit_objects(self, plan: ApplyPlan) -> None:
         """Remember the plan's PVs and PVCs, and the Pod objects of its pending pods (after

@@ -11,8 +11,11 @@ What planning does as an API server would: a Pod without `metadata.uid`
 gets one (the uid of the pod of that namespace/name while it exists, else
 a new uuid4); so does any other object (the stored one's uid, else a new
 one); `metadata.namespace` missing is "default"; a Secret's `stringData`
-is merged into `data`. Objects of kinds a node does not run (Deployment,
-Service, ...) are not applied: they are listed in `ApplyPlan.skipped`.
+is merged into `data`; with an `Admission`, a new pod gets the ServiceAccount
+admission plugin's token volume and its namespace a kube-root-ca.crt
+ConfigMap if it has none (`volfsm.desired.admission`). Objects of kinds a
+node does not run (Deployment, Service, ...) are not applied: they are
+listed in `ApplyPlan.skipped`.
 """
 
 from __future__ import annotations
@@ -34,6 +37,16 @@ from events.types import (
     PodAdded,
     PodPending,
     PodRemoved,
+)
+from volfsm.desired.admission import (
+    ROOT_CA_CONFIG_MAP,
+    ROOT_CA_KEY,
+    TOKEN_MOUNT_PATH,
+    Admission,
+    account_of,
+    admit_pod,
+    published_by_volfsm,
+    root_ca_config_map,
 )
 from volfsm.desired.errors import InvalidObjectError, Problems, flatten_problems, raise_all
 from volfsm.desired.kinds import (
@@ -104,6 +117,9 @@ class ApplyResult:
     uid: str = ""
     waiting: str = ""
     """A pod accepted but pending: what its volumes wait for ("" when it is not pending)."""
+    note: str = ""
+    """What the apply added as an API server would (a pod's token volume, a published
+    kube-root-ca.crt), "" if nothing."""
 
     def __str__(self) -> str:
         where = f"{self.namespace}/{self.name}" if self.namespace else self.name
@@ -244,9 +260,17 @@ def flatten(objects: Sequence[Mapping[str, Any]]) -> list[tuple[str, object]]:
 class _Batch:
     """The objects of one apply, deduplicated, looked up before remembered ones."""
 
-    def __init__(self, view: DesiredView, stored: StoredLookup | None) -> None:
+    def __init__(
+        self, view: DesiredView, stored: StoredLookup | None, admission: Admission | None = None
+    ) -> None:
         self.view = view
         self.stored = stored
+        self.admission = admission
+        self.automount: dict[tuple[str, str], bool | None] = {}
+        """(namespace, name) of each ServiceAccount of this apply -> its automount flag."""
+        self.notes: dict[str, str] = {}
+        """Uid of an object -> what the apply added to it or published as an API server
+        would."""
         self.pvs: dict[str, PersistentVolume] = {}
         self.pvcs: dict[tuple[str, str], PersistentVolumeClaim] = {}
         self.pods: dict[str, Pod] = {}
@@ -346,25 +370,33 @@ def plan_apply(
     can_serve: CanServe,
     node_name: str = "",
     stored: StoredLookup | None = None,
+    admission: Admission | None = None,
 ) -> ApplyPlan:
     """Validate every object, then plan the events. Raises InvalidObjectError(s); pure.
 
     A pod whose spec.nodeName names another node than `node_name` is
-    refused ("" accepts every pod). Changes come in this order: pods
+    refused ("" accepts every pod). With `admission` new pods are admitted
+    as the ServiceAccount admission plugin does and their namespaces get a
+    kube-root-ca.crt ConfigMap if they have none. Changes come in this order: pods
     replaced by a new uid are removed, then volumes that grew get their
     DesiredSizeChanged, then new pods are added. Every problem found is
     raised at once (`InvalidObjectsError` when there are several).
     """
-    batch = _Batch(view, stored)
+    batch = _Batch(view, stored, admission)
     problems = Problems()
     skipped: list[SkippedObject] = []
-    for where, raw in flatten(objects):
+    flat = flatten(objects)
+    batch.automount = _batch_automount(flat)
+    for where, raw in flat:
         if _skipped(raw, where, skipped):
             continue
         with problems.check():
             applied = _take(raw, where, batch, node_name, problems)
             if applied is not None:
                 batch.add(where, applied)
+    for namespace in _root_ca_namespaces(batch):
+        with problems.check():
+            _publish_root_ca(namespace, batch, node_name, problems)
     checks: list[tuple[KubeObject, Callable[..., Any], tuple[Any, ...]]] = []
     checks += [(pv, _check_pv, (pv, view, can_serve)) for pv in batch.pvs.values()]
     checks += [(pvc, _check_pvc, (pvc, batch)) for pvc in batch.pvcs.values()]
@@ -404,7 +436,10 @@ def _result(applied: AppliedObject, batch: _Batch) -> ApplyResult:
         waiting = batch.waiting.get(applied.uid, "")
         if applied.uid in batch.resolved:
             action = NO_LONGER_WAITING
-    return ApplyResult(applied.kind, applied.namespace, applied.name, action, applied.uid, waiting)
+    note = batch.notes.get(applied.uid, "") if action != "unchanged" else ""
+    return ApplyResult(
+        applied.kind, applied.namespace, applied.name, action, applied.uid, waiting, note
+    )
 
 
 NO_LONGER_WAITING = "no longer waiting"
@@ -549,7 +584,102 @@ def _completed(raw: object, batch: _Batch) -> object:
     if not meta_out.get("uid"):
         namespace = meta_out.get("namespace", "") if info.namespaced else ""
         meta_out["uid"] = batch.uid_for((str(kind), str(namespace), meta_out["name"]))
+    if kind == "Pod" and batch.admission is not None:
+        _admit(out, batch)
     return out
+
+
+def _admit(pod: dict[str, Any], batch: _Batch) -> None:
+    """ServiceAccount admission of a pod being applied (see `volfsm.desired.admission`).
+
+    The API server admits a pod once, when it is created; a pod applied again
+    under its uid keeps what its first apply decided: it gets the token volume
+    again only if its stored object has one.
+    """
+    meta, spec = pod["metadata"], pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return
+    namespace, name, uid = meta.get("namespace", ""), meta["name"], meta["uid"]
+    account = (str(namespace), account_of(spec))
+    automount = batch.automount.get(account)
+    if account not in batch.automount and batch.stored is not None:
+        info = batch.stored.stored_info("ServiceAccount", *account)
+        if isinstance(info, StoredInfo) and isinstance(info.obj, ServiceAccount):
+            automount = info.obj.automount_service_account_token
+    decided = None
+    if batch.stored is not None:
+        kept = batch.stored.stored_info("Pod", str(namespace), str(name))
+        if kept is not None and kept.uid == uid and isinstance(kept.obj, Pod):
+            decided = _has_token_mount(kept.obj)
+    added = admit_pod(pod, automount, decided)
+    if added:
+        batch.notes[str(uid)] = (
+            f"added volume {added} (service-account token at {TOKEN_MOUNT_PATH}, "
+            "as the API server's ServiceAccount admission)"
+        )
+
+
+def _has_token_mount(pod: Pod) -> bool:
+    """Whether a container of a stored pod mounts something at the token path."""
+    containers = (*pod.spec.init_containers, *pod.spec.containers)
+    return any(m.mount_path == TOKEN_MOUNT_PATH for c in containers for m in c.volume_mounts)
+
+
+def _batch_automount(flat: Sequence[tuple[str, object]]) -> dict[tuple[str, str], bool | None]:
+    """(namespace, name) of each ServiceAccount of an apply -> its automount flag (None: not
+    set or not a boolean)."""
+    found: dict[tuple[str, str], bool | None] = {}
+    for _, raw in flat:
+        if not isinstance(raw, Mapping) or raw.get("kind") != "ServiceAccount":
+            continue
+        meta = raw.get("metadata")
+        if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
+            continue
+        namespace = meta.get("namespace") or "default"
+        flag = raw.get("automountServiceAccountToken")
+        found[(str(namespace), meta["name"])] = flag if isinstance(flag, bool) else None
+    return found
+
+
+def _root_ca_namespaces(batch: _Batch) -> list[str]:
+    """Namespaces where a pod of the apply reads the kube-root-ca.crt ConfigMap (sorted)."""
+    if batch.admission is None or not batch.admission.root_ca_pem:
+        return []
+    return sorted({pod.metadata.ns for pod in batch.pods.values() if _reads_root_ca(pod)})
+
+
+def _reads_root_ca(pod: Pod) -> bool:
+    for volume in pod.spec.volumes:
+        if volume.config_map is not None and volume.config_map.name == ROOT_CA_CONFIG_MAP:
+            return True
+        if volume.projected is not None:
+            for source in volume.projected.sources:
+                if source.config_map is not None and source.config_map.name == ROOT_CA_CONFIG_MAP:
+                    return True
+    return False
+
+
+def _publish_root_ca(namespace: str, batch: _Batch, node_name: str, problems: Problems) -> None:
+    """Publish kube-root-ca.crt in `namespace`, as the root-ca-cert-publisher does, unless
+    there is one: an applied one (in this apply or stored) is the operator's and always
+    wins; one volfsm published is updated when the CA bundle changed."""
+    admission = batch.admission
+    assert admission is not None
+    key = ("ConfigMap", namespace, ROOT_CA_CONFIG_MAP)
+    if key in batch.others:
+        return
+    info = batch.stored.stored_info(*key) if batch.stored is not None else None
+    if info is not None:
+        obj = info.obj
+        if not isinstance(obj, ConfigMap) or not published_by_volfsm(obj.metadata.annotations):
+            return
+        if obj.data.get(ROOT_CA_KEY) == admission.root_ca_pem:
+            return
+    raw = root_ca_config_map(namespace, admission.root_ca_pem)
+    where = f"published {namespace}/{ROOT_CA_CONFIG_MAP}"
+    applied = _take(raw, where, batch, node_name, problems)
+    if applied is not None and batch.add(where, applied):
+        batch.notes[applied.uid] = f"published by volfsm from {admission.root_ca_source}"
 
 
 def _stored_form(completed: dict[str, Any], obj: KubeObject) -> dict[str, Any]:

@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import msgspec
+from cryptography import x509
 
 from events.subjects import SubjectError, check_token
 from volfsm import faultpoints
 from volfsm.bus.urls import split_servers
 from volfsm.desired.quantity import parse_quantity
+from volfsm.desired.validate_kinds import pem_bundle_problem
 from volfsm.paths import DEFAULT_DATA_DIR, LOG_FILENAME
 from volfsm.service.datadir import (
     NATS_URL_FILENAME,
@@ -235,6 +237,16 @@ class ServeConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             ge=0,
         ),
     ] = 0
+    root_ca_file: Annotated[
+        str,
+        option(
+            "PEM certificates (the cluster's CA bundle) for the kube-root-ca.crt ConfigMap "
+            "volfsm publishes in a namespace whose pods need one and that has none applied. "
+            "Default: the node-local CA's certificate (trusted by no one else).",
+            panel=PANEL_ENGINE,
+            metavar="PEM",
+        ),
+    ] = ""
     node_labels: Annotated[
         str,
         option(
@@ -430,6 +442,10 @@ class Settings:
     """The podCertificate command ("": the node-local CA)."""
     token_max_ttl: int = 0
     """Cap on token lifetimes in seconds (0: none; for tests)."""
+    root_ca_file: str = ""
+    """--root-ca-file ("": the node-local CA's certificate)."""
+    root_ca_pem: str = ""
+    """The text of --root-ca-file, checked to be PEM certificates ("" without it)."""
     csi_republish_period: int = 60
     """Seconds between republishes of requiresRepublish CSI volumes."""
     node_labels: dict[str, str] = field(default_factory=dict)
@@ -641,10 +657,41 @@ def resolve(layered: Layered) -> Settings:
         token_command=_command(layered, "token_command"),
         cert_command=_command(layered, "cert_command"),
         token_max_ttl=cfg.token_max_ttl,
+        root_ca_file=cfg.root_ca_file,
+        root_ca_pem=_root_ca(layered),
         csi_republish_period=cfg.csi_republish_period,
         node_labels=_labels(layered),
         node_allocatable=_allocatable(layered),
     )
+
+
+def _root_ca(layered: Layered) -> str:
+    """The text of --root-ca-file ("" without it); ConfigError naming the option unless it
+    holds PEM certificates and nothing but certificates in PEM blocks."""
+    path = layered.config.root_ca_file
+    if not path:
+        return ""
+    where = layered.where("root_ca_file")
+    try:
+        text = Path(path).read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: cannot read {path!r}: {exc}") from None
+    problem = _pem_certificates_problem(text)
+    if problem:
+        raise ConfigError(f"{where}: {path!r} {problem}")
+    return text
+
+
+def _pem_certificates_problem(text: str) -> str | None:
+    """Why `text` is not PEM CERTIFICATE blocks that parse (as X.509), or None."""
+    problem = pem_bundle_problem(text)
+    if problem is not None:
+        return problem
+    try:
+        x509.load_pem_x509_certificates(text.encode())
+    except ValueError as exc:
+        return f"holds a certificate that does not parse: {exc}"
+    return None
 
 
 def _allocatable(layered: Layered) -> dict[str, str]:

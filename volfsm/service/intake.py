@@ -280,6 +280,7 @@ class CommandProcessor:
             {"kind": r.kind, "namespace": r.namespace, "name": r.name, "action": r.action}
             | ({"uid": r.uid} if r.uid else {})
             | ({"waiting": r.waiting} if r.waiting else {})
+            | ({"note": r.note} if r.note else {})
             for r in result.objects
         ]
         last_seq = result.events[-1].seq if result.events else None

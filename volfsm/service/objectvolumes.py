@@ -6,7 +6,9 @@ source (``--token-command`` or the node-local signer, its key in
 (``--cert-command`` or the node-local CA in ``<data-dir>/tokens/ca.pem``)
 and node resources
 (``--node-allocatable`` over what the node has); `start_updates` hooks
-them to the engine's object store once there is one.
+them to the engine's object store once there is one. `admission` is what
+applied pods are admitted with (the kube-root-ca.crt bundle: ``--root-ca-file``
+or the node-local CA's certificate).
 """
 
 from __future__ import annotations
@@ -14,6 +16,16 @@ from __future__ import annotations
 import asyncio
 from fractions import Fraction
 
+from cryptography.hazmat.primitives import serialization
+
+from volfsm.desired.admission import (
+    ROOT_CA_CONFIG_MAP,
+    ROOT_CA_KEY,
+    Admission,
+    published_by_volfsm,
+    root_ca_config_map,
+)
+from volfsm.desired.kinds import ConfigMap
 from volfsm.desired.quantity import parse_quantity
 from volfsm.engine import VolumeEngine
 from volfsm.node.layout import RootLayout
@@ -46,6 +58,33 @@ def cert_source(s: Settings) -> CertSource:
     if s.cert_command:
         return CommandCertSource(s.cert_command, s.node)
     return LocalCA(s.data_dir / CA_KEY, s.node)
+
+
+def admission(s: Settings) -> Admission:
+    """ServiceAccount admission of applied pods, their kube-root-ca.crt from --root-ca-file,
+    else from the node-local CA's certificate (made on first use, trusted by no one else)."""
+    if s.root_ca_pem:
+        return Admission(s.root_ca_pem, f"--root-ca-file {s.root_ca_file}")
+    cert = LocalCA(s.data_dir / CA_KEY, s.node).cert
+    return Admission(cert.public_bytes(serialization.Encoding.PEM).decode(), "the node-local CA")
+
+
+async def refresh_root_ca(engine: VolumeEngine, admission: Admission) -> list[str]:
+    """Publish again, with the current bundle, each kube-root-ca.crt ConfigMap volfsm
+    published with another (--root-ca-file changed between runs), as the
+    root-ca-cert-publisher updates its ConfigMaps; an applied one is never touched. Returns
+    the namespaces updated (their mounted ca.crt files are rewritten like any update)."""
+    stale = [
+        stored.namespace
+        for stored in engine.objects.objects("ConfigMap")
+        if stored.name == ROOT_CA_CONFIG_MAP
+        and isinstance(stored.obj, ConfigMap)
+        and published_by_volfsm(stored.obj.metadata.annotations)
+        and stored.obj.data.get(ROOT_CA_KEY) != admission.root_ca_pem
+    ]
+    if stale and admission.root_ca_pem:
+        await engine.apply([root_ca_config_map(ns, admission.root_ca_pem) for ns in stale])
+    return stale
 
 
 def register_object_plugins(

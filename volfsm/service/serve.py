@@ -82,7 +82,12 @@ from volfsm.plugins.objectvol.updates import ObjectUpdates
 from volfsm.service.config import NATS_URL_FILENAME, NODE_FILENAME, Settings
 from volfsm.service.intake import CommandIntake, CommandProcessor
 from volfsm.service.metrics import ServiceMetrics, Snapshot
-from volfsm.service.objectvolumes import register_object_plugins, start_updates
+from volfsm.service.objectvolumes import (
+    admission,
+    refresh_root_ca,
+    register_object_plugins,
+    start_updates,
+)
 from volfsm.service.republish import republish_due
 from volfsm.service.restore import LogRestoreError, prepare_and_restore
 from volfsm.web.exposition import metrics_response
@@ -259,6 +264,7 @@ class NodeService:
             ),
         )
         self.engine = engine
+        engine.dsw.admission = admitting = admission(s)
         self.object_updates = start_updates(engine, object_volumes)
         self._wire_csi_driver_objects(engine, object_volumes.tokens)
         if self.csi_plugins:
@@ -290,6 +296,9 @@ class NodeService:
             await engine.start()
         except ObjectStoreError as exc:
             raise ServiceStartError(str(exc)) from None
+        # before remount_all: the remounts it asks for then read the new bundle
+        for namespace in await refresh_root_ca(engine, admitting):
+            self._log.info("kube-root-ca.crt of {} published again: the CA changed", namespace)
         self.object_updates.remount_all()
         self._log.info(
             "ASW rebuilt from the log: {} devices, {} pod-volumes, {} desired pods, seq {}",

@@ -7,6 +7,7 @@ import dataclasses
 import msgspec
 
 from projections.asw import Asw
+from volfsm.engine.reconciler import VERIFY_EVERY
 from volfsm.plugins.scripted import ScriptedPlugin, final, nonfinal
 
 from .conftest import FAST, EngineFactory
@@ -92,3 +93,25 @@ async def test_a_restart_shares_the_states_strings_and_keeps_its_values_and_its_
     held = [key for keys in second.index.holders.values() for key in keys]
     assert second.index.held == {key: held.count(key) for key in held}
     assert second.reconciler.screen() == {vid["mnt"], vid["umnt"]}
+
+
+async def test_every_verify_every_th_full_pass_finds_work_whose_screen_byte_went_wrong(
+    make_engine: EngineFactory,
+) -> None:
+    """The full pass does not rest on the events keeping the screen's bytes alone."""
+    plugin = ScriptedPlugin()
+    plugin.script("set_up", final("Internal"), volume_id=volume_id_of("lost"))
+    engine = await make_engine(plugin, config=STUCK)
+    await engine.apply([*pv_set("lost"), pod("pod-lost", claim_volume("data", "lost"))])
+    await eventually(lambda: len(failures(engine.log)) == 1, "a stuck mount")
+    await engine.settle()
+    reconciler = engine.reconciler
+    column = reconciler.columns.podvols
+    column.bits[column.ids[("pod-lost", "data")]] = 0  # the work hidden from the sweep
+    found = []
+    for _ in range(VERIFY_EVERY):
+        found.append(reconciler.full_pass().volumes)
+    assert 1 in found  # found within VERIFY_EVERY passes, missed only before the check
+    first = found.index(1)
+    assert found == [0] * first + [1] * (VERIFY_EVERY - first)
+    assert reconciler.columns.stale() == []

@@ -18,3 +18,4 @@ def assert_log_matches(engine: VolumeEngine) -> None:
     assert folded.desired_pods == live.desired_pods
     assert folded.desired_sizes == live.desired_sizes
     assert folded.last_seq == live.last_seq
+    assert engine.reconciler.columns.stale() == []  # the screen's facts kept in step

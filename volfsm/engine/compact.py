@@ -4,8 +4,8 @@ A fold decodes every event body on its own, so the state it builds holds
 its own copy of every string: each pod-volume's key (pod uid, name) in the
 DSW, again in the ASW (key and entry) and in the index's holders, its
 volume id three times, every entry's state, operation name and plugin.
-The reconciler's screen compares these copies character by character
-where one object would compare by identity, and they cost memory.
+Lookups compare these copies character by character where one object
+would compare by identity, and they cost memory.
 
 `share_state` makes each of these one object, in place, after the start's
 fold (values are equal, so no query, snapshot or later fold sees a

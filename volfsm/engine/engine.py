@@ -257,6 +257,7 @@ class VolumeEngine:
         )
         self.snapshots.restore()
         share_state(self.asw, self.dsw.desired_entries(), self.index)
+        self.reconciler.columns.rebuild()
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop reconciling; let running operations finish for `grace_s`, then cancel them.
@@ -466,7 +467,9 @@ class VolumeEngine:
         """Every appended batch: keep ASW, DSW and index live; wake the reconciler on change."""
         woke = False
         reconciler = self.reconciler
+        columns = reconciler.columns
         for env in envs:
+            touched = columns.touched_by(env)
             self.asw.apply(env)
             body = env.body
             kind = type(body).KIND
@@ -488,6 +491,7 @@ class VolumeEngine:
                     self.waiters.check(getattr(body, "pod_uid", ""))
             elif env.type == "DeviceDetached":
                 self.index.apply(env)
+            columns.touch(*touched)
         if woke:
             reconciler.wake()
 

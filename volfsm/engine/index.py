@@ -79,7 +79,7 @@ class EngineIndex:
         """volume_id -> pod-volumes on it that are Mounted or Uncertain."""
         self.held: dict[PodVolumeKey, int] = {}
         """`holders` by pod-volume: (pod uid, volume name) -> on how many volumes it is held
-        (one key per entry, a flat table the reconciler's screen sweeps in C)."""
+        (whether a pod-volume is held is one lookup: the screen's columns ask it)."""
         self.detached_versions: dict[str, int] = {}
         """volume_id -> version of its device stream when it was detached (the ASW drops it);
         not kept for a pod's own volumes (inline, emptyDir), never attached again."""

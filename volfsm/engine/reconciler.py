@@ -36,8 +36,8 @@ only at "dirty" volumes: ones whose desired state changed or whose
 operation finished (both also wake the loop at once), plus the ones whose
 operation was refused (running elsewhere or backing off), which are looked
 at again every `reconcile_period` - level-triggered over what is left to
-do. Every `full_resync_period` a full pass screens every volume (a few
-dict lookups each, `screen`) and marks the ones with something to do. An
+do. Every `full_resync_period` a full pass screens every volume (a byte
+of facts each, `screen`) and marks the ones with something to do. An
 idle node therefore costs nothing per period, whatever its size, and a
 change is acted on without waiting for the period.
 """
@@ -47,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import operator
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -57,6 +56,7 @@ from loguru import logger as log
 from events.tables import ATTACHED, GLOBALLY_MOUNTED, MOUNTED, UNCERTAIN, UNMOUNTED
 from events.types import DesiredVolume, PodAdded
 from projections.asw import Asw
+from volfsm.engine.columns import ScreenColumns
 from volfsm.engine.config import EngineConfig
 from volfsm.engine.executor import Operation, OperationExecutor
 from volfsm.engine.index import EngineIndex
@@ -105,13 +105,15 @@ class PassStats:
     refused: int = 0
 
 
-_state_of = operator.attrgetter("state")
-
 REASON_NOT_DESIRED = "no pod wants this pod-volume any more"
 REASON_MOUNT = "desired and not mounted"
 REASON_REMOUNT_UNCERTAIN = "desired and Uncertain: remount"
 REASON_REMOUNT = "remount requested"
 REASON_UNSTAGE = "no pod holds or wants the volume"
+
+VERIFY_EVERY = 30
+"""Every this many screens (5 min at the 10 s full resync) the columns are checked entry by
+entry against the state before the sweep."""
 
 
 class Reconciler:
@@ -157,6 +159,9 @@ class Reconciler:
         self.expand_failed: dict[str, int] = generator.expand_failed
         """volume_id -> the size whose node expansion failed with a final error (shared with
         the generator, whose expansion during mount records such failures too)."""
+        self.columns = ScreenColumns(asw, dsw, index)
+        self._screens = 0
+        """The screen's facts, a byte per pod-volume and device (the engine keeps them)."""
         self.rwop = RwopGuard(dsw, index)
         """Holds back mounts of a ReadWriteOncePod volume another pod uses."""
         self.orphan_cleanup: Callable[[], None] | None = None
@@ -184,45 +189,39 @@ class Reconciler:
         self._dirty.update(dict.fromkeys(volume_ids))
 
     def mark_all_dirty(self) -> None:
-        """Look, on the next pass, at every volume a full pass would act on (see `screen`)."""
+        """Look, on the next pass, at every volume a full pass would act on (see `screen`).
+
+        Every `VERIFY_EVERY`-th time the screen's facts are first checked
+        against the state entry by entry (`ScreenColumns.repair`): the events
+        keep them in step, and this keeps the full pass a check that does
+        not rest on that alone.
+        """
+        self._screens += 1
+        if self._screens % VERIFY_EVERY == 0:
+            stale = self.columns.repair()
+            if stale:
+                log.warning(
+                    "the full screen's facts were out of step with the state for {} entries "
+                    "(set again from the state): {}",
+                    len(stale),
+                    ", ".join(stale[:5]),
+                )
         self.mark_many_dirty(self.screen())
 
     def screen(self) -> set[str]:
         """Every volume on which some phase has something to do: the full pass, cheaply.
 
         Conservative: a volume that a pass would act on is always included
-        (one that would only be refused again may be too). Each check is
-        first one C-level sweep (key containment, the set of states) that
-        touches as few objects per entry as it can; entries are looked at
-        one by one only where a sweep found something. At 100,000
-        pod-volumes the state is far bigger than the CPU's cache, so what a
-        screen costs is mostly the objects it touches.
+        (one that would only be refused again may be too). The checks of
+        every pod-volume and device are sweeps over `columns`, a byte of
+        facts per entry, so a screen reads about 1 byte per entry rather than
+        a dozen objects; entries are looked up only where a sweep found
+        something. Volumes no pod wants any more and remounts asked for are
+        few, and checked one by one.
         """
-        need: set[str] = set()
-        podvols = self.asw.podvols
-        wanted = self.dsw.desired_entries()
-        # Phase 2: desired and not Mounted (no entry yet, or an entry in another state).
-        if not wanted.keys() <= podvols.keys():
-            need.update(wanted[key][1].volume_id for key in wanted.keys() - podvols.keys())
-        if set(map(_state_of, podvols.values())) - {MOUNTED}:
-            for key, pv in podvols.items():
-                if pv.state != MOUNTED and key in wanted:
-                    need.add(wanted[key][1].volume_id)
-        # Phase 1: held (Mounted or Uncertain) and not desired.
-        holders = self.index.holders
-        if not self.index.held.keys() <= wanted.keys():
-            need.update(
-                vid for vid, held in holders.items() if not all(map(wanted.__contains__, held))
-            )
-        # Phase 3: devices no pod holds or wants; online expansion: smaller than wanted.
+        # Phases 1-3 and online expansion: the columns (`volfsm.engine.columns`).
+        need = self.columns.screen()
         devices = self.asw.devices
-        if not holders.keys() >= devices.keys():
-            volume_desired = self.dsw.volume_desired
-            need.update(vid for vid in devices if vid not in holders and not volume_desired(vid))
-        for vid, want in self.dsw.desired_sizes().items():
-            dev = devices.get(vid)
-            if dev is not None and dev.size_bytes is not None and want > dev.size_bytes:
-                need.add(vid)
         need.update(vid for vid in self.index.removed_volumes if vid not in devices)
         for uid, name in self.remount_required:
             spec = self.spec_of(uid, name)

@@ -131,11 +131,15 @@ def test_shared_volume_stays_desired_until_the_last_pod_goes(
 ) -> None:
     rec.apply(pv(claim=None), pvc(), pod("a", uid="ua"), pod("b", uid="ub"))
     assert dsw.pods_on_volume(VOLUME_ID) == ["ua", "ub"]
+    assert not dsw.only_user(VOLUME_ID, "ua") and not dsw.only_user(VOLUME_ID, "ub")
     rec.record(dsw.plan_delete_pod(uid="ua"))
     assert dsw.volume_desired(VOLUME_ID)
     assert dsw.desired_size(VOLUME_ID) == GI
+    assert dsw.pods_on_volume(VOLUME_ID) == ["ub"]
+    assert dsw.only_user(VOLUME_ID, "ub") and not dsw.only_user(VOLUME_ID, "ua")
     rec.record(dsw.plan_delete_pod(uid="ub"))
     assert not dsw.volume_desired(VOLUME_ID)
+    assert dsw.pods_on_volume(VOLUME_ID) == [] and not dsw.only_user(VOLUME_ID, "ub")
 
 
 def test_larger_capacity_while_in_use_asks_for_expansion(

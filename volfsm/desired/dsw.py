@@ -19,10 +19,12 @@ returns a list rebuilt only after a change.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
+from msgspec.structs import force_setattr
 
 from events.streams import pod_stream
 from events.types import (
@@ -95,7 +97,9 @@ class DesiredStateOfWorld:
         """Bumped by every observed change: a cheap "did anything change" for callers."""
         self._by_name: dict[tuple[str, str], str] = {}
         self._entries: dict[tuple[str, str], PodVolume] = {}
-        self._by_volume: dict[str, dict[str, None]] = {}
+        self._by_volume: dict[str, str | dict[str, None]] = {}
+        """volume id -> the uid of the one pod that wants it, or the uids of several in the
+        order they were added (a dict per volume would cost 20 MB at 100,000 volumes)."""
         self._sizes: dict[str, int] = {}
         self._to_mount: list[PodVolume] | None = None
         self._pvs: dict[str, PersistentVolume] = {}
@@ -249,11 +253,12 @@ class DesiredStateOfWorld:
         elif self.pending:
             self._forget_pending(pod.pod_uid)
         uid = pod.pod_uid
+        _share_strings(pod)
         self.pods[uid] = pod
         self._by_name[(pod.namespace, pod.name)] = uid
         for vol in pod.volumes:
             self._entries[(uid, vol.name)] = (pod, vol)
-            self._by_volume.setdefault(vol.volume_id, {})[uid] = None
+            self._add_user(vol.volume_id, uid)
             if vol.size_bytes is not None:
                 known = self._sizes.get(vol.volume_id)
                 if known is None or vol.size_bytes > known:
@@ -269,13 +274,37 @@ class DesiredStateOfWorld:
             del self._by_name[key]
         for vol in pod.volumes:
             self._entries.pop((uid, vol.name), None)
-            users = self._by_volume.get(vol.volume_id)
-            if users is not None:
-                users.pop(uid, None)
-                if not users:
-                    del self._by_volume[vol.volume_id]
-                    self._sizes.pop(vol.volume_id, None)
+            if self._drop_user(vol.volume_id, uid):
+                self._sizes.pop(vol.volume_id, None)
         self._changed()
+
+    def _add_user(self, volume_id: str, uid: str) -> None:
+        """Pod `uid` wants the volume (kept in order; one user is kept as its uid alone)."""
+        users = self._by_volume.get(volume_id)
+        if users is None:
+            self._by_volume[volume_id] = uid
+        elif isinstance(users, str):
+            if users != uid:
+                self._by_volume[volume_id] = {users: None, uid: None}
+        else:
+            users[uid] = None
+
+    def _drop_user(self, volume_id: str, uid: str) -> bool:
+        """Pod `uid` no longer wants the volume; whether no pod wants it now."""
+        users = self._by_volume.get(volume_id)
+        if users is None:
+            return False
+        if isinstance(users, str):
+            if users != uid:
+                return False
+        else:
+            users.pop(uid, None)
+            if len(users) == 1:
+                self._by_volume[volume_id] = next(iter(users))
+            if users:
+                return False
+        del self._by_volume[volume_id]
+        return True
 
     def export_state(self) -> DswSnapshot:
         """The folded state, for a snapshot (shares the pod objects: encode it at once)."""
@@ -301,7 +330,7 @@ class DesiredStateOfWorld:
             pods[uid] = pod
             for vol in pod.volumes:
                 self._entries[(uid, vol.name)] = (pod, vol)
-                self._by_volume.setdefault(vol.volume_id, {})[uid] = None
+                self._add_user(vol.volume_id, uid)
         self.pending.clear()
         self.pending.update((p.pod_uid, p) for p in snap.pending)
         self._pending_specs = {}
@@ -379,11 +408,14 @@ class DesiredStateOfWorld:
 
     def pods_on_volume(self, volume_id: str) -> list[str]:
         """UIDs of the pods that want the volume, in the order they were added."""
-        return list(self._by_volume.get(volume_id, ()))
+        users = self._by_volume.get(volume_id, ())
+        return [users] if isinstance(users, str) else list(users)
 
     def only_user(self, volume_id: str, pod_uid: str) -> bool:
         """Whether `pod_uid` is the one pod that wants the volume."""
         users = self._by_volume.get(volume_id)
+        if isinstance(users, str):
+            return users == pod_uid
         return users is not None and len(users) == 1 and pod_uid in users
 
     def persistent_volume(self, name: str) -> PersistentVolume | None:
@@ -403,3 +435,18 @@ class DesiredStateOfWorld:
     def claims(self) -> Mapping[tuple[str, str], PersistentVolumeClaim]:
         """The remembered PVCs by (namespace, name)."""
         return self._pvcs
+
+
+def _share_strings(pod: PodAdded) -> None:
+    """Make the strings many pods repeat (namespace, volume names, plugin, driver) one
+    interned copy each, in place: each decoded event has its own, 24 MB at 100,000 pods.
+
+    The values do not change (the bodies stay equal to what the log holds); only which
+    string object holds them.
+    """
+    force_setattr(pod, "namespace", sys.intern(pod.namespace))
+    for dv in pod.volumes:
+        force_setattr(dv, "name", sys.intern(dv.name))
+        source = dv.source
+        force_setattr(source, "plugin", sys.intern(source.plugin))
+        force_setattr(source, "driver", sys.intern(source.driver))

@@ -271,3 +271,24 @@ def _reconstructed(log: EventLog, *, device: bool) -> None:
             reconstructed=True,
         ),
     )
+
+
+async def test_a_remount_asked_for_while_one_runs_is_not_answered_by_the_running_one(
+    make_engine: EngineFactory,
+) -> None:
+    """An object changed again while a SetUp writes the old content: the running remount's
+    VolumeMounted must not clear the newer request, or the files keep the old version."""
+    plugin = staged_plugin()
+    engine = await make_engine(plugin)
+    await engine.apply(OBJECTS)
+    await engine.wait_pod("u1", "mounted", timeout=5)
+    gate = asyncio.Event()
+    plugin.script("set_up", ok(gate=gate))
+    assert engine.remount("u1") == 1
+    await eventually(lambda: plugin.calls("set_up") == 2, "the first remount running")
+    assert engine.remount("u1") == 1  # asked for again while it runs
+    gate.set()
+    await eventually(lambda: plugin.calls("set_up") == 3, "a second remount for the new request")
+    await engine.settle()
+    assert podvol_transitions(engine.log, "u1", "data") == ["VolumeMounted"] * 3
+    assert not engine.reconciler.remount_required and not engine.reconciler.remount_started

@@ -155,12 +155,13 @@ def test_a_docs_pod_gets_the_token_volume_as_the_kubelet_mounts_it(
         for e in events
         if isinstance(e.body, ObjectApplied) and e.body.name == "kube-root-ca.crt"
     ]
-    [written] = [
+    contents = [
         e.body.contents
         for e in events
         if isinstance(e.body, VolumeMounted) and e.body.volume_name == volume
-    ]
-    assert f"ConfigMap default/kube-root-ca.crt uid={published.uid} rv=" in written
+    ]  # a remount asked for while the first mount ran may follow it
+    assert contents[0].startswith("written: ")
+    assert all(f"ConfigMap default/kube-root-ca.crt uid={published.uid} rv=" in c for c in contents)
 
 
 def test_applying_the_same_pod_again_changes_nothing(svc: ServeProcess) -> None:

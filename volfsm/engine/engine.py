@@ -442,7 +442,7 @@ class VolumeEngine:
         if pod is None:
             return 0
         for dv in pod.volumes:
-            self.reconciler.remount_required.add((uid, dv.name))
+            self.reconciler.request_remount((uid, dv.name))
         self.reconciler.mark_many_dirty(dv.volume_id for dv in pod.volumes)
         self.reconciler.wake()
         return len(pod.volumes)
@@ -455,7 +455,7 @@ class VolumeEngine:
             return 0
         marked = [dv for dv in pod.volumes if dv.name in names]
         for dv in marked:
-            self.reconciler.remount_required.add((uid, dv.name))
+            self.reconciler.request_remount((uid, dv.name))
         self.reconciler.mark_many_dirty(dv.volume_id for dv in marked)
         if marked:
             self.reconciler.wake()
@@ -482,11 +482,13 @@ class VolumeEngine:
                 if isinstance(body, PodAdded | PodRemoved):
                     if isinstance(body, PodRemoved):
                         reconciler.queue_pod_cleanup(body.pod_uid)
+                        if reconciler.remount_required or reconciler.remount_started:
+                            reconciler.forget_remounts(body.pod_uid)
                     self.waiters.check(body.pod_uid)
             elif kind == "podvol":
                 self.index.apply(env)
-                if isinstance(body, VolumeMounted) and reconciler.remount_required:
-                    reconciler.remount_required.discard((body.pod_uid, body.volume_name))
+                if isinstance(body, VolumeMounted) and reconciler.remount_started:
+                    reconciler.remounted((body.pod_uid, body.volume_name))
                 if self.waiters.by_pod:
                     self.waiters.check(getattr(body, "pod_uid", ""))
             elif env.type == "DeviceDetached":

@@ -155,13 +155,19 @@ class Reconciler:
         """Specs of pod-volumes reconstruction rebuilt from the node (the log has none)."""
         self.reconstructed_devices: dict[str, DesiredVolume] = {}
         """Specs of devices reconstruction rebuilt from the node."""
-        self.remount_required: set[tuple[str, str]] = set()
+        self.remount_required: dict[tuple[str, str], int] = {}
+        """Pod-volumes to SetUp again -> the number of the latest request (`request_remount`)."""
+        self.remount_started: dict[tuple[str, str], int] = {}
+        """Pod-volumes whose mount started while a remount was asked for -> the request it
+        answers: its VolumeMounted clears that request only, not one made after the start
+        (an object changed again while a SetUp was writing the old content)."""
+        self._remount_requests = 0
         self.expand_failed: dict[str, int] = generator.expand_failed
         """volume_id -> the size whose node expansion failed with a final error (shared with
         the generator, whose expansion during mount records such failures too)."""
         self.columns = ScreenColumns(asw, dsw, index)
-        self._screens = 0
         """The screen's facts, a byte per pod-volume and device (the engine keeps them)."""
+        self._screens = 0
         self.rwop = RwopGuard(dsw, index)
         """Holds back mounts of a ReadWriteOncePod volume another pod uses."""
         self.orphan_cleanup: Callable[[], None] | None = None
@@ -228,6 +234,23 @@ class Reconciler:
             if spec is not None:
                 need.add(spec.volume_id)
         return need
+
+    def request_remount(self, key: tuple[str, str]) -> None:
+        """Ask for SetUp again on a pod-volume (a later request supersedes an earlier one)."""
+        self._remount_requests += 1
+        self.remount_required[key] = self._remount_requests
+
+    def remounted(self, key: tuple[str, str]) -> None:
+        """A VolumeMounted of `key`: the request its mount started under is answered."""
+        answered = self.remount_started.pop(key, None)
+        if answered is not None and self.remount_required.get(key) == answered:
+            del self.remount_required[key]
+
+    def forget_remounts(self, uid: str) -> None:
+        """A pod went: its volumes are unmounted, not set up again."""
+        for pending in (self.remount_required, self.remount_started):
+            for key in [key for key in pending if key[0] == uid]:
+                del pending[key]
 
     def wake(self) -> None:
         """Run a pass now rather than at the end of the period."""
@@ -445,6 +468,9 @@ class Reconciler:
                 continue
             if self._start(self.ops.mount(uid, dv, reason), vid):
                 self.rwop.started(uid, dv)
+                request = remounts.get((uid, dv.name)) if remounts else None
+                if request is not None:
+                    self.remount_started[(uid, dv.name)] = request
         if waiting or vid in self.rwop.waiting:
             self.rwop.note_waiting(vid, waiting)
 

@@ -59,6 +59,7 @@ from events.errors import (
     NotAVolfsmLogError,
     RestoreError,
 )
+from events.foldrows import FoldRows, legacy_column
 from events.snapshots import SNAPSHOT_TABLES, SnapshotStore
 from events.types import Body, Envelope
 
@@ -119,6 +120,33 @@ and its ts index, the stream_index pages of busy streams); fewer, larger
 checkpoints copy each of them to the database once instead of many times."""
 _WAL_SIZE_LIMIT_BYTES = 64 << 20
 """After a checkpoint, a WAL that grew past this (a long reader held it) is truncated."""
+
+
+_LEGACY = legacy_column(CURRENT_SCHEMAS)
+"""`scan_fold`'s last column: NULL, or "type:schema" for a row to upcast."""
+
+
+def _scan_filter(
+    after: int,
+    until_seq: int | None,
+    prefix: str,
+    other_streams: bool,
+    also_types: Sequence[str],
+) -> tuple[str, list[Any]]:
+    """The WHERE clause and its parameters of `scan_rows` / `scan_fold`."""
+    upper = until_seq if until_seq is not None else 2**62
+    where = "WHERE seq > ? AND seq <= ?"
+    params: list[Any] = [after, upper]
+    if prefix:
+        cond = "(stream >= ? AND stream < ?)"
+        params += [prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)]
+        if other_streams:
+            cond = f"NOT {cond}"
+        if also_types:
+            cond = f"({cond} OR type IN ({', '.join('?' * len(also_types))}))"
+            params += list(also_types)
+        where += f" AND {cond}"
+    return where, params
 
 
 def row_to_envelope(row: Row) -> Envelope:
@@ -998,34 +1026,57 @@ class EventLog:
     ) -> Iterator[Iterator[tuple[int, str, int, str, int, int, bytes]]]:
         """The stored rows after `after` (up to `until_seq`), undecoded, in seq order.
 
-        (seq, stream, version, type, schema, ts, body): the input of the
-        fastest folds (`projections.asw.Asw.fold_rows`, the engine's start).
-        One cursor on a connection of its own (one consistent snapshot of
-        the log), open while the `with` block runs; `node` is not read.
+        (seq, stream, version, type, schema, ts, body); `scan_fold` reads
+        fewer columns for the folds. One cursor on a connection of its own
+        (one consistent snapshot of the log), open while the `with` block
+        runs; `node` is not read.
 
         With `prefix`, only rows of the streams starting with it (or, with
         `other_streams`, of every other stream), plus the rows of
         `also_types` wherever they are: SQLite filters, Python sees only
         the rows it asked for.
         """
-        upper = until_seq if until_seq is not None else 2**62
-        sql = (
-            "SELECT seq, stream, version, type, schema, ts, body FROM events "
-            "WHERE seq > ? AND seq <= ?"
-        )
-        params: list[Any] = [after, upper]
-        if prefix:
-            cond = "(stream >= ? AND stream < ?)"
-            params += [prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)]
-            if other_streams:
-                cond = f"NOT {cond}"
-            if also_types:
-                cond = f"({cond} OR type IN ({', '.join('?' * len(also_types))}))"
-                params += list(also_types)
-            sql += f" AND {cond}"
+        where, params = _scan_filter(after, until_seq, prefix, other_streams, also_types)
         conn = sqlite3.connect(self._read_uri, uri=True, check_same_thread=False)
         try:
-            yield conn.execute(sql + " ORDER BY seq", params)
+            yield conn.execute(
+                f"SELECT seq, stream, version, type, schema, ts, body FROM events {where} "
+                "ORDER BY seq",
+                params,
+            )
+        finally:
+            conn.close()
+
+    @contextlib.contextmanager
+    def scan_fold(
+        self,
+        after: int = 0,
+        until_seq: int | None = None,
+        *,
+        prefix: str = "",
+        other_streams: bool = False,
+        also_types: Sequence[str] = (),
+    ) -> Iterator[FoldRows]:
+        """`scan_rows` for `projections.asw.Asw.fold_rows`: only the columns a fold reads.
+
+        Rows are (stream, version, ts, body, legacy) (`events.foldrows`), the
+        same rows `scan_rows` selects with the same arguments, in one read
+        transaction with the seq of the last of them (`FoldRows.last_seq`).
+        """
+        where, params = _scan_filter(after, until_seq, prefix, other_streams, also_types)
+        conn = sqlite3.connect(
+            self._read_uri, uri=True, check_same_thread=False, isolation_level=None
+        )
+        try:
+            conn.execute("BEGIN")  # one snapshot for the last seq and the rows
+            last = conn.execute(  # read backwards from the top: stops at the first row
+                f"SELECT seq FROM events {where} ORDER BY seq DESC LIMIT 1", params
+            ).fetchone()
+            rows = conn.execute(
+                f"SELECT stream, version, ts, body, {_LEGACY} FROM events {where} ORDER BY seq",
+                params,
+            )
+            yield FoldRows(rows, after if last is None else int(last[0]))
         finally:
             conn.close()
 

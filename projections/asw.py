@@ -13,38 +13,16 @@ import gc
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 
-from events.codec import CURRENT_SCHEMAS, decode_body, decode_current_body
+from events.codec import decode_body
+from events.errors import UnknownEventError
+from events.foldrows import FoldRows
 from events.streams import DEVICE_PREFIX, POD_PREFIX, PODVOL_PREFIX
 from events.tables import DEVICE_FSM, PODVOL_FSM, FsmTable
-from events.types import (
-    EVENT_TYPES,
-    Body,
-    DesiredSizeChanged,
-    DeviceAttached,
-    DeviceMounted,
-    DeviceMountUncertain,
-    DeviceUnmounted,
-    Envelope,
-    OperationFailed,
-    OperationStarted,
-    OperationSucceeded,
-    PodAdded,
-    PodCleanedUp,
-    PodRemoved,
-    VolumeConditionChanged,
-    VolumeMounted,
-    VolumeMountUncertain,
-    VolumeResized,
-    VolumeUnmounted,
-    VolumeUsageChanged,
-)
-
-StoredRow = tuple[int, str, int, str, int, int, bytes]
-"""(seq, stream, version, type, schema, ts, body bytes) as `EventLog.scan_rows` gives them."""
+from events.types import EVENT_TYPES, Envelope, PodAdded
 
 Hook = Callable[[Any, int], object]
 """Called with (body, stream version) after an event of its type (`Asw.fold_rows`)."""
@@ -126,14 +104,10 @@ class Asw:
 
     def apply(self, env: Envelope) -> None:
         """Fold one envelope into the state. Envelopes must come in `seq` order."""
-        self.fold_event(env.seq, env.stream, env.version, env.type, env.ts, env.body)
-
-    def fold_event(
-        self, seq: int, stream: str, version: int, type_name: str, ts: int, body: Body
-    ) -> None:
-        """`apply` of an event given field by field: big folds need no envelope per event."""
-        self.last_seq = seq
+        stream, version, ts, body = env.stream, env.version, env.ts, env.body
+        self.last_seq = env.seq
         self.last_ts = ts
+        plan = _PLANS.get(env.type, _NO_PLAN)
         if stream.startswith(DEVICE_PREFIX):
             volume_id = stream[_DEVICE_CUT:]
             devices = self.devices
@@ -141,21 +115,17 @@ class Asw:
             if dev is None:
                 dev = devices[volume_id] = DeviceState(volume_id, since_us=ts)
             dev.version = version
-            cls = type(body)
-            op = _OPERATIONS.get(cls)
-            if op is not None:
-                op(dev, body, ts)
-                return
-            moves = _DEVICE_NEXT.get(type_name)
+            moves = plan.device_moves
             if moves is not None:
-                new_state = moves.get(dev.state)
-                if new_state is not None and new_state != dev.state:
+                state = dev.state
+                new_state = moves.get(state)
+                if new_state is not None and new_state != state:
                     dev.state = new_state
                     dev.since_us = ts
-            update = _DEVICE_UPDATES.get(cls)
-            if update is not None:
-                update(dev, body)
-            elif type_name == "DeviceDetached":
+            fold = plan.device
+            if fold is not None:
+                fold(dev, body, ts)
+            elif plan.detaches:
                 del devices[volume_id]
         elif stream.startswith(PODVOL_PREFIX):
             pod_uid, _, name = stream[_PODVOL_CUT:].partition("/")
@@ -165,131 +135,125 @@ class Asw:
             if pv is None:
                 pv = podvols[key] = PodVolumeState(pod_uid, name, since_us=ts)
             pv.version = version
-            cls = type(body)
-            op = _PODVOL_OPERATIONS.get(cls)
-            if op is not None:
-                op(pv, body, ts)
-                return
-            moves = _PODVOL_NEXT.get(type_name)
+            moves = plan.podvol_moves
             if moves is not None:
-                new_state = moves.get(pv.state)
-                if new_state is not None and new_state != pv.state:
+                state = pv.state
+                new_state = moves.get(state)
+                if new_state is not None and new_state != state:
                     pv.state = new_state
                     pv.since_us = ts
-            pv_update = _PODVOL_UPDATES.get(cls)
-            if pv_update is not None:
-                pv_update(pv, body)
+            fold = plan.podvol
+            if fold is not None:
+                fold(pv, body, ts)
         elif stream.startswith(POD_PREFIX):
-            self._apply_desired(body)
+            desired = plan.desired
+            if desired is not None:
+                desired(self, body)
 
     def fold_rows(
         self,
-        rows: Iterable[StoredRow],
+        rows: FoldRows,
         hooks: Mapping[type, Hook] | None = None,
         *,
         with_podvols: bool = True,
     ) -> tuple[int, int]:
-        """Fold stored rows, decoding each body; (last seq folded, rows folded).
+        """Fold the rows of one `EventLog.scan_fold`; (last seq folded, rows folded).
 
-        The fast path of a big fold (engine start): `fold_event` written
-        out in one loop, with everything an event type needs found by one
-        lookup of its name (`_fold_plans`), operation records decoded
-        into views holding only what the ASW keeps of them, a device
-        stream's entry found by one lookup of the stream after its first
-        event, and no cyclic GC while it runs. After an event
-        whose body type is in `hooks`, `hooks[type](body, version)` is
-        called (the engine feeds its DSW and index this way; a hooked type
-        is always decoded in full). With `with_podvols` False, rows of pod-volume
-        streams only run their hooks (another fold builds those entries:
-        `volfsm.engine.splitfold`). tests/snapshot checks that this folds
-        exactly like `apply`.
+        The fast path of a big fold (engine start): `apply` written out
+        in one loop. A body is decoded by its own tag into a view of
+        only the fields the ASW reads (`_VIEW_FIELDS`), and the view's class
+        finds everything its type needs (`_fold_plans`); an entry is found
+        by one lookup of its stream after the stream's first event; no
+        cyclic GC runs meanwhile. After an event whose body type is in
+        `hooks`, `hooks[type](body, version)` is called (the engine feeds its
+        DSW and index this way; a hooked type is always decoded in full).
+        With `with_podvols` False, rows of pod-volume streams only run their
+        hooks (another fold builds those entries: `volfsm.engine.splitfold`).
+        tests/projections/test_fast_fold.py and tests/snapshot check that
+        this folds exactly like `apply`.
         """
-        plans = _fold_plans(hooks or {})
+        plans, decode = _fold_plans(hooks or {})
+        hooked = bool(hooks)
         devices, podvols = self.devices, self.podvols
         device_cut, podvol_cut = _DEVICE_CUT, _PODVOL_CUT
         device_prefix, podvol_prefix, pod_prefix = DEVICE_PREFIX, PODVOL_PREFIX, POD_PREFIX
         new_device, new_podvol = DeviceState, PodVolumeState
-        # device stream -> its entry, for the events after the stream's first: no slice
-        # of the stream name. Dropped when the fold deletes the entry (detach).
+        # stream -> its entry, for the events after the stream's first: no slicing of
+        # stream names. Forgotten when the fold deletes entries (detach, cleanup).
         seen_devices: dict[str, DeviceState] = {}
-        count = 0
-        seq = ts = -1
+        seen_podvols: dict[str, PodVolumeState] = {}
+        count = ts = 0
+        data = b""
         body: Any
-        with _gc_paused():  # the fold makes no cycles: a collection would only rescan it
-            for count, (seq, stream, version, type_name, schema, ts, data) in enumerate(rows, 1):  # noqa: B007
-                plan = plans.get(type_name)
-                if plan is not None and plan.schema == schema:
-                    body = plan.decode(data)
-                else:  # an older schema (upcast), or a type this build does not know (raises)
-                    body = decode_body(type_name, schema, data)
-                    plan = plans[type_name]
-                if stream.startswith(device_prefix):
+        try:
+            with _gc_paused():  # the fold makes no cycles: a collection would only rescan it
+                for count, (stream, version, ts, data, legacy) in enumerate(rows.rows, 1):  # noqa: B007
+                    if legacy is None:
+                        body = decode(data)
+                    else:  # written with an older schema: upcast ("type:schema")
+                        type_name, _, schema = legacy.rpartition(":")
+                        body = decode_body(type_name, int(schema), data)
+                    plan = plans[body.__class__]
                     dev = seen_devices.get(stream)
-                    if dev is None:
+                    if dev is None and stream.startswith(device_prefix):
                         volume_id = stream[device_cut:]
                         dev = devices.get(volume_id)
                         if dev is None:
                             dev = devices[volume_id] = new_device(volume_id, since_us=ts)
                         seen_devices[stream] = dev
-                    dev.version = version
-                    op = plan.device_op
-                    if op is not None:
-                        op(dev, body, ts)
-                    else:
+                    if dev is not None:
+                        dev.version = version
                         moves = plan.device_moves
                         if moves is not None:
-                            new_state = moves.get(dev.state)
-                            if new_state is not None and new_state != dev.state:
+                            state = dev.state
+                            new_state = moves.get(state)
+                            if new_state is not None and new_state != state:
                                 dev.state = new_state
                                 dev.since_us = ts
-                        update = plan.device_update
-                        if update is not None:
-                            update(dev, body)
+                        fold = plan.device
+                        if fold is not None:
+                            fold(dev, body, ts)
                         elif plan.detaches:
                             del devices[dev.volume_id]
                             del seen_devices[stream]
-                elif stream.startswith(podvol_prefix):
-                    if not with_podvols:
+                    else:
+                        pv = seen_podvols.get(stream)
+                        if pv is None and with_podvols and stream.startswith(podvol_prefix):
+                            pod_uid, _, name = stream[podvol_cut:].partition("/")
+                            key = (pod_uid, name)
+                            pv = podvols.get(key)
+                            if pv is None:
+                                pv = podvols[key] = new_podvol(pod_uid, name, since_us=ts)
+                            seen_podvols[stream] = pv
+                        if pv is not None:
+                            pv.version = version
+                            moves = plan.podvol_moves
+                            if moves is not None:
+                                state = pv.state
+                                new_state = moves.get(state)
+                                if new_state is not None and new_state != state:
+                                    pv.state = new_state
+                                    pv.since_us = ts
+                            fold = plan.podvol
+                            if fold is not None:
+                                fold(pv, body, ts)
+                        elif stream.startswith(pod_prefix):
+                            desired = plan.desired
+                            if desired is not None:
+                                before = len(podvols)
+                                desired(self, body)
+                                if len(podvols) != before:  # a cleanup forgot entries
+                                    seen_podvols.clear()
+                    if hooked:
                         hook = plan.hook
                         if hook is not None:
                             hook(body, version)
-                        continue
-                    pod_uid, _, name = stream[podvol_cut:].partition("/")
-                    key = (pod_uid, name)
-                    pv = podvols.get(key)
-                    if pv is None:
-                        pv = podvols[key] = new_podvol(pod_uid, name, since_us=ts)
-                    pv.version = version
-                    op = plan.podvol_op
-                    if op is not None:
-                        op(pv, body, ts)
-                    else:
-                        moves = plan.podvol_moves
-                        if moves is not None:
-                            new_state = moves.get(pv.state)
-                            if new_state is not None and new_state != pv.state:
-                                pv.state = new_state
-                                pv.since_us = ts
-                        pv_update = plan.podvol_update
-                        if pv_update is not None:
-                            pv_update(pv, body)
-                elif stream.startswith(pod_prefix):
-                    desired = plan.desired
-                    if desired is not None:
-                        desired(self, body)
-                hook = plan.hook
-                if hook is not None:
-                    hook(body, version)
+        except msgspec.ValidationError:
+            _raise_if_unknown(data)
+            raise
         if count:
-            self.last_seq, self.last_ts = seq, ts
-        return seq, count
-
-    # ----------------------------------------------------------------- kinds
-
-    def _apply_desired(self, body: Body) -> None:
-        fold = _DESIRED_FOLDS.get(type(body))
-        if fold is not None:
-            fold(self, body)
+            self.last_seq, self.last_ts = rows.last_seq, ts
+        return rows.last_seq, count
 
     # --------------------------------------------------------------- queries
 
@@ -337,6 +301,11 @@ _DEVICE_CUT = len(DEVICE_PREFIX)
 _PODVOL_CUT = len(PODVOL_PREFIX)
 
 Entry = DeviceState | PodVolumeState
+Fold = Callable[[Any, Any, int], None]
+"""What one event type does to an entry besides its state move: (entry, body, ts)."""
+
+# The folds below leave a field alone where it already holds the value (a
+# Struct field store costs more than a read): same result, fewer stores.
 
 
 def _op_started(entry: Entry, body: Any, ts: int) -> None:
@@ -353,149 +322,143 @@ def _op_succeeded(entry: Entry, body: Any, ts: int) -> None:
 def _op_failed(entry: Entry, body: Any, ts: int) -> None:
     op = entry.last_operation
     if op is None or op.op_id != body.op_id:
-        op = entry.last_operation = OperationRecord(body.op_id, body.operation, ts)
-    op.status = "failed"
-    op.ended_us = ts
-    op.code = body.code
-    op.message = body.message
-    op.final = body.final
-    op.backoff_s = body.backoff_s
+        op = entry.last_operation = OperationRecord(
+            body.op_id,
+            body.operation,
+            ts,
+            "failed",
+            ts,
+            body.code,
+            body.message,
+            body.final,
+            body.backoff_s,
+        )
+    else:
+        op.status = "failed"
+        op.ended_us = ts
+        op.code = body.code
+        op.message = body.message
+        op.final = body.final
+        op.backoff_s = body.backoff_s
     entry.last_error = op
 
 
-def _podvol_op_started(entry: Entry, body: Any, ts: int) -> None:
-    entry.last_operation = OperationRecord(body.op_id, intern(body.operation), ts)
+def _podvol_op_started(pv: PodVolumeState, body: Any, ts: int) -> None:
+    pv.last_operation = OperationRecord(body.op_id, intern(body.operation), ts)
     if body.volume_id:
-        entry.volume_id = body.volume_id
+        pv.volume_id = body.volume_id
 
 
-class _StartedView(msgspec.Struct, frozen=True, gc=False):
-    """What the ASW keeps of an OperationStarted (a big fold decodes only this)."""
-
-    op_id: str
-    operation: str
-    volume_id: str = ""
-
-
-class _SucceededView(msgspec.Struct, frozen=True, gc=False):
-    """What the ASW keeps of an OperationSucceeded."""
-
-    op_id: str
-
-
-_VIEWS: dict[str, type] = {
-    "OperationStarted": _StartedView,
-    "OperationSucceeded": _SucceededView,
-}
-"""Current-schema bodies `fold_rows` decodes as views (the rest: the full union)."""
-
-_OPERATIONS: dict[type, Callable[[Entry, Any, int], None]] = {
-    OperationStarted: _op_started,
-    OperationSucceeded: _op_succeeded,
-    OperationFailed: _op_failed,
-    _StartedView: _op_started,
-    _SucceededView: _op_succeeded,
-}
-"""Operation records on a device stream."""
-
-_PODVOL_OPERATIONS: dict[type, Callable[[Entry, Any, int], None]] = {
-    **_OPERATIONS,
-    OperationStarted: _podvol_op_started,
-    _StartedView: _podvol_op_started,
-}
-"""Operation records on a pod-volume stream (a start also says which volume)."""
-
-
-def _device_attached(dev: DeviceState, body: Any) -> None:
+def _device_attached(dev: DeviceState, body: Any, _ts: int) -> None:
     dev.plugin = intern(body.plugin)  # one copy per plugin, not per device
     dev.attachable = body.attachable
     dev.device_path = body.device_path
-    dev.reconstructed = False
-    dev.reason = ""
+    if dev.reconstructed:
+        dev.reconstructed = False
+    if dev.reason:
+        dev.reason = ""
 
 
-def _device_mounted(dev: DeviceState, body: Any) -> None:
+def _device_mounted(dev: DeviceState, body: Any, _ts: int) -> None:
     dev.device_mount_path = body.device_mount_path
-    dev.reconstructed = False
-    dev.reason = ""
+    if dev.reconstructed:
+        dev.reconstructed = False
+    if dev.reason:
+        dev.reason = ""
 
 
-def _device_uncertain(dev: DeviceState, body: Any) -> None:
+def _device_uncertain(dev: DeviceState, body: Any, _ts: int) -> None:
     dev.reason = body.reason
     dev.reconstructed = dev.reconstructed or body.reconstructed
     if body.device_mount_path:
         dev.device_mount_path = body.device_mount_path
 
 
-def _device_unmounted(dev: DeviceState, body: Any) -> None:
-    dev.device_mount_path = ""
-    dev.reconstructed = False
+def _device_unmounted(dev: DeviceState, body: Any, _ts: int) -> None:
+    if dev.device_mount_path:
+        dev.device_mount_path = ""
+    if dev.reconstructed:
+        dev.reconstructed = False
     dev.reason = body.reason
 
 
-def _volume_resized(dev: DeviceState, body: Any) -> None:
+def _volume_resized(dev: DeviceState, body: Any, _ts: int) -> None:
     dev.size_bytes = body.size_bytes
 
 
-_DEVICE_UPDATES: dict[type, Callable[[DeviceState, Any], None]] = {
-    DeviceAttached: _device_attached,
-    DeviceMounted: _device_mounted,
-    DeviceMountUncertain: _device_uncertain,
-    DeviceUnmounted: _device_unmounted,
-    VolumeResized: _volume_resized,
+_DEVICE_FOLDS: dict[str, Fold] = {
+    "OperationStarted": _op_started,
+    "OperationSucceeded": _op_succeeded,
+    "OperationFailed": _op_failed,
+    "DeviceAttached": _device_attached,
+    "DeviceMounted": _device_mounted,
+    "DeviceMountUncertain": _device_uncertain,
+    "DeviceUnmounted": _device_unmounted,
+    "VolumeResized": _volume_resized,
 }
+"""Event type -> what it does to a device entry (after its state move)."""
 
 
-def _volume_mounted(pv: PodVolumeState, body: Any) -> None:
+def _volume_mounted(pv: PodVolumeState, body: Any, _ts: int) -> None:
     pv.volume_id = body.volume_id
     pv.mount_path = body.mount_path
-    pv.reconstructed = False
-    pv.reason = ""
+    if pv.reconstructed:
+        pv.reconstructed = False
+    if pv.reason:
+        pv.reason = ""
 
 
-def _volume_uncertain(pv: PodVolumeState, body: Any) -> None:
+def _volume_uncertain(pv: PodVolumeState, body: Any, _ts: int) -> None:
     pv.volume_id = body.volume_id
     pv.reason = body.reason
     pv.reconstructed = pv.reconstructed or body.reconstructed
 
 
-def _volume_unmounted(pv: PodVolumeState, body: Any) -> None:
+def _volume_unmounted(pv: PodVolumeState, body: Any, _ts: int) -> None:
     pv.volume_id = body.volume_id
     pv.reason = body.reason
-    pv.reconstructed = False
-    pv.mount_path = ""
-    pv.abnormal, pv.condition = False, ""
-    pv.capacity_bytes = pv.used_bytes = 0
+    if pv.reconstructed:
+        pv.reconstructed = False
+    if pv.mount_path:
+        pv.mount_path = ""
+    if pv.abnormal or pv.condition:
+        pv.abnormal, pv.condition = False, ""
+    if pv.capacity_bytes or pv.used_bytes:
+        pv.capacity_bytes = pv.used_bytes = 0
 
 
-def _condition_changed(pv: PodVolumeState, body: Any) -> None:
+def _condition_changed(pv: PodVolumeState, body: Any, _ts: int) -> None:
     pv.abnormal = body.abnormal
     pv.condition = body.message if body.abnormal else ""
 
 
-def _usage_changed(pv: PodVolumeState, body: Any) -> None:
+def _usage_changed(pv: PodVolumeState, body: Any, _ts: int) -> None:
     pv.capacity_bytes = body.capacity_bytes
     pv.used_bytes = body.used_bytes
 
 
-_PODVOL_UPDATES: dict[type, Callable[[PodVolumeState, Any], None]] = {
-    VolumeMounted: _volume_mounted,
-    VolumeMountUncertain: _volume_uncertain,
-    VolumeUnmounted: _volume_unmounted,
-    VolumeConditionChanged: _condition_changed,
-    VolumeUsageChanged: _usage_changed,
+_PODVOL_FOLDS: dict[str, Fold] = {
+    "OperationStarted": _podvol_op_started,  # a start also says which volume
+    "OperationSucceeded": _op_succeeded,
+    "OperationFailed": _op_failed,
+    "VolumeMounted": _volume_mounted,
+    "VolumeMountUncertain": _volume_uncertain,
+    "VolumeUnmounted": _volume_unmounted,
+    "VolumeConditionChanged": _condition_changed,
+    "VolumeUsageChanged": _usage_changed,
 }
+"""Event type -> what it does to a pod-volume entry (after its state move)."""
 
 
 def _pod_added(asw: Asw, body: PodAdded) -> None:
     asw.desired_pods[body.pod_uid] = body
 
 
-def _pod_removed(asw: Asw, body: PodRemoved) -> None:
+def _pod_removed(asw: Asw, body: Any) -> None:
     asw.desired_pods.pop(body.pod_uid, None)
 
 
-def _pod_cleaned_up(asw: Asw, body: PodCleanedUp) -> None:
+def _pod_cleaned_up(asw: Asw, body: Any) -> None:
     podvols = asw.podvols
     for name in body.volume_names:
         pv = podvols.get((body.pod_uid, name))
@@ -503,65 +466,147 @@ def _pod_cleaned_up(asw: Asw, body: PodCleanedUp) -> None:
             del podvols[(body.pod_uid, name)]
 
 
-def _desired_size_changed(asw: Asw, body: DesiredSizeChanged) -> None:
+def _desired_size_changed(asw: Asw, body: Any) -> None:
     asw.desired_sizes[body.volume_id] = body.size_bytes
 
 
-_DESIRED_FOLDS: dict[type, Callable[[Asw, Any], None]] = {
-    PodAdded: _pod_added,
-    PodRemoved: _pod_removed,
-    PodCleanedUp: _pod_cleaned_up,
-    DesiredSizeChanged: _desired_size_changed,
+_DESIRED_FOLDS: dict[str, Callable[[Asw, Any], None]] = {
+    "PodAdded": _pod_added,
+    "PodRemoved": _pod_removed,
+    "PodCleanedUp": _pod_cleaned_up,
+    "DesiredSizeChanged": _desired_size_changed,
 }
 """What each event of a pod stream does to the ASW."""
+
+_VIEW_FIELDS: dict[str, tuple[str, ...]] = {
+    "PodRemoved": ("pod_uid",),
+    "PodCleanedUp": ("pod_uid", "volume_names"),
+    "DesiredSizeChanged": ("volume_id", "size_bytes"),
+    "PodPending": (),
+    "ObjectApplied": (),
+    "ObjectDeleted": (),
+    "DeviceAttached": ("plugin", "attachable", "device_path"),
+    "DeviceMounted": ("device_mount_path",),
+    "DeviceMountUncertain": ("reason", "reconstructed", "device_mount_path"),
+    "DeviceUnmounted": ("reason",),
+    "DeviceDetached": (),
+    "VolumeResized": ("size_bytes",),
+    "VolumeMounted": ("volume_id", "mount_path"),
+    "VolumeMountUncertain": ("volume_id", "reason", "reconstructed"),
+    "VolumeUnmounted": ("volume_id", "reason"),
+    "OperationStarted": ("op_id", "operation", "volume_id"),
+    "OperationSucceeded": ("op_id",),
+    "OperationFailed": ("op_id", "operation", "code", "message", "final", "backoff_s"),
+    "VolumeConditionChanged": ("abnormal", "message"),
+    "VolumeUsageChanged": ("capacity_bytes", "used_bytes"),
+}
+"""Event type -> the body fields the ASW reads; `fold_rows` decodes only these.
+
+A type not listed (PodAdded: the ASW keeps the whole body) is decoded in
+full; so is a type a hook wants."""
+
+
+def _view(name: str, fields: tuple[str, ...]) -> type:
+    """A Struct of only `fields` of event type `name` (same types, defaults and tag)."""
+    info = {f.name: f for f in msgspec.structs.fields(EVENT_TYPES[name])}
+    spec: list[Any] = []
+    for field_name in fields:
+        f = info[field_name]
+        if f.encode_name != f.name:
+            raise TypeError(f"{name}.{f.name} is renamed: a view would not find it")
+        if f.default is not msgspec.NODEFAULT:
+            spec.append((f.name, f.type, f.default))
+        elif f.default_factory is not msgspec.NODEFAULT:
+            spec.append((f.name, f.type, msgspec.field(default_factory=f.default_factory)))
+        else:
+            spec.append((f.name, f.type))
+    return msgspec.defstruct(
+        f"{name}View",
+        spec,
+        module=__name__,
+        kw_only=True,
+        frozen=True,
+        gc=False,
+        tag_field="type",
+        tag=name,
+    )
+
+
+_VIEWS: dict[str, type] = {name: _view(name, fields) for name, fields in _VIEW_FIELDS.items()}
 
 
 @dataclass(slots=True, frozen=True)
 class _FoldPlan:
-    """Everything `Asw.fold_rows` does with one event type (None: nothing of that kind).
+    """Everything a fold does with one event type (None: nothing of that kind).
 
-    A slotted class, not a NamedTuple: the fold reads several fields per
-    event, and a slot read is the interpreter's fastest attribute access.
+    A slotted class: the fold reads several fields per event, and a slot
+    read is the interpreter's fastest attribute access.
     """
 
-    schema: int
-    decode: Callable[[bytes], Any]
-    device_op: Callable[[Entry, Any, int], None] | None
     device_moves: dict[str, str] | None
-    device_update: Callable[[DeviceState, Any], None] | None
+    device: Fold | None
     detaches: bool
-    podvol_op: Callable[[Entry, Any, int], None] | None
     podvol_moves: dict[str, str] | None
-    podvol_update: Callable[[PodVolumeState, Any], None] | None
+    podvol: Fold | None
     desired: Callable[[Asw, Any], None] | None
     hook: Hook | None
 
 
-def _fold_plans(hooks: Mapping[type, Hook]) -> dict[str, _FoldPlan]:
-    """Event type name -> its fold plan, with `hooks` (by body class) built in.
+def _plan(name: str, hook: Hook | None) -> _FoldPlan:
+    return _FoldPlan(
+        device_moves=_DEVICE_NEXT.get(name),
+        device=_DEVICE_FOLDS.get(name),
+        detaches=name == "DeviceDetached",
+        podvol_moves=_PODVOL_NEXT.get(name),
+        podvol=_PODVOL_FOLDS.get(name),
+        desired=_DESIRED_FOLDS.get(name),
+        hook=hook,
+    )
 
-    The view of an operation record is used only where no hook wants the
-    event: hooks always get the full body.
+
+_PLANS: dict[str, _FoldPlan] = {name: _plan(name, None) for name in EVENT_TYPES}
+"""Event type name -> its plan (`Asw.fold_event`)."""
+_NO_PLAN = _plan("", None)
+
+
+Decoder = Callable[[bytes], Any]
+"""bytes -> body."""
+
+
+def _fold_plans(hooks: Mapping[type, Hook]) -> tuple[dict[type, _FoldPlan], Decoder]:
+    """Body class -> fold plan (views and full classes), and the decoder of the bodies.
+
+    The decoder reads a body's tag and decodes it as its type's view, or in
+    full where a hook wants the type or the ASW keeps the whole body.
     """
-    plans: dict[str, _FoldPlan] = {}
+    plans: dict[type, _FoldPlan] = {}
+    members: list[type] = []
     for name, cls in EVENT_TYPES.items():
         hook = hooks.get(cls)
+        plan = plans[cls] = _plan(name, hook) if hook is not None else _PLANS[name]
         view = _VIEWS.get(name) if hook is None else None
-        op_key = view or cls
-        plans[name] = _FoldPlan(
-            schema=CURRENT_SCHEMAS[name],
-            decode=msgspec.msgpack.Decoder(view).decode if view else decode_current_body,
-            device_op=_OPERATIONS.get(op_key),
-            device_moves=_DEVICE_NEXT.get(name),
-            device_update=_DEVICE_UPDATES.get(cls),
-            detaches=name == "DeviceDetached",
-            podvol_op=_PODVOL_OPERATIONS.get(op_key),
-            podvol_moves=_PODVOL_NEXT.get(name),
-            podvol_update=_PODVOL_UPDATES.get(cls),
-            desired=_DESIRED_FOLDS.get(cls),
-            hook=hook,
-        )
-    return plans
+        if view is not None:
+            plans[view] = plan
+        members.append(view or cls)
+    union: Any = Union[tuple(members)]  # noqa: UP007 (built at run time)
+    return plans, msgspec.msgpack.Decoder(union).decode
+
+
+class _Tag(msgspec.Struct):
+    type: str = ""
+
+
+_tag = msgspec.msgpack.Decoder(_Tag)
+
+
+def _raise_if_unknown(data: bytes) -> None:
+    """UnknownEventError if `data`'s tag names no event type of this build (else nothing)."""
+    try:
+        name = _tag.decode(data).type
+    except msgspec.MsgspecError:
+        return
+    if name not in EVENT_TYPES:
+        raise UnknownEventError(f"unknown event type {name!r}")
 
 
 def fold(envelopes: Iterable[Envelope], asw: Asw | None = None) -> Asw:

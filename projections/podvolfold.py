@@ -27,7 +27,7 @@ CLEANUP_TYPES = ("PodCleanedUp",)
 def fold_podvols(log: EventLog, after: int, until: int) -> Asw:
     """An ASW holding the pod-volume entries (and last seq/ts of their rows) in (after, until]."""
     asw = Asw()
-    with log.scan_rows(after, until, prefix=PODVOL_PREFIX, also_types=CLEANUP_TYPES) as rows:
+    with log.scan_fold(after, until, prefix=PODVOL_PREFIX, also_types=CLEANUP_TYPES) as rows:
         asw.fold_rows(rows)
     return asw
 

@@ -225,7 +225,7 @@ def test_v1_row_in_a_real_log_reads_back_as_current_type(tmp_path: Path) -> None
                 (e.seq, e.stream, e.version, e.type, 1, e.ts) for e in envs
             ]
         folded = Asw()
-        with log.scan_rows() as rows:
+        with log.scan_fold() as rows:
             assert folded.fold_rows(rows) == (2, 2)  # the v1 row upcast on the way
         assert folded == fold(envs)
         assert folded.devices["pvc-1"].last_error is not None

@@ -98,10 +98,10 @@ def test_a_hook_on_an_operation_event_gets_the_full_body(tmp_path: Path) -> None
         want = [e.body for e in log.read_after(0) if e.type == "OperationStarted"]
         seen: list[object] = []
         hooked = Asw()
-        with log.scan_rows() as rows:
+        with log.scan_fold() as rows:
             hooked.fold_rows(rows, {OperationStarted: lambda body, _v: seen.append(body)})
         plain = Asw()
-        with log.scan_rows() as rows:
+        with log.scan_fold() as rows:
             plain.fold_rows(rows)
         assert want and seen == want
         assert hooked == plain == fold(log.read_after(0))

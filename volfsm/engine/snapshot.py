@@ -224,7 +224,7 @@ def fold_log(
         end = until if until is not None else log_.last_seq()
         if end - after >= split_over:
             return fold_split(log_, asw, hooks, after, end)
-    with log_.scan_rows(after, until) as rows:
+    with log_.scan_fold(after, until) as rows:
         last, count = asw.fold_rows(rows, hooks)
     return (last if count else after), count
 

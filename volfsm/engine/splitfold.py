@@ -81,7 +81,7 @@ def fold_split(
     hooked = tuple(name for name, cls in EVENT_TYPES.items() if cls in hooks)
     started = time.monotonic()
     try:
-        with log_.scan_rows(
+        with log_.scan_fold(
             after, until, prefix=PODVOL_PREFIX, other_streams=True, also_types=hooked
         ) as rows:
             asw.fold_rows(rows, hooks, with_podvols=False)

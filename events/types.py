@@ -81,9 +81,11 @@ class PendingVolume(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
 
     name: str
     waits_for: str
-    """The object: "PersistentVolumeClaim <namespace>/<name>" or "PersistentVolume <name>"."""
+    """The object: "PersistentVolumeClaim <namespace>/<name>", "PersistentVolume <name>",
+    or "CSI driver <name>" (not registered on this node yet)."""
     reason: str = ""
-    """What is missing of it ("not found yet; ...", "not bound yet (...)")."""
+    """What is missing of it ("not found yet; ...", "not bound yet (...)", "not registered
+    on this node yet")."""
     needs: tuple[str, ...] = ()
     """Further objects whose apply may change the answer (the PV a claim names)."""
 

@@ -43,15 +43,22 @@ WaitKey = tuple[str, str]
 
 _KINDS = frozenset({"PersistentVolumeClaim", "PersistentVolume"})
 _MISSING = ("not found yet", "not bound yet")
+_DRIVER = "CSI driver "
+_UNREGISTERED = "not registered"
 
 
 def reason_of(waiting: Iterable[PendingVolume]) -> str:
     """What a pending pod waits for, without names (a few values, fit for a label):
     'PersistentVolumeClaim not found yet', 'PersistentVolumeClaim not bound yet',
-    'PersistentVolume not found yet'; any other reason (a claim with a problem) is
-    '<kind> problem'. Several volumes' distinct reasons are sorted and joined by ' + '."""
+    'PersistentVolume not found yet', 'CSI driver not registered yet'; any other reason
+    (a claim with a problem) is '<kind> problem'. Several volumes' distinct reasons are
+    sorted and joined by ' + '."""
     found = set()
     for w in waiting:
+        if w.waits_for.startswith(_DRIVER):
+            registered = w.reason.startswith(_UNREGISTERED)
+            found.add(f"{_DRIVER}{'not registered yet' if registered else 'problem'}")
+            continue
         kind = w.waits_for.split(" ", 1)[0]
         head = next((m for m in _MISSING if w.reason.startswith(m)), "problem")
         found.add(f"{kind if kind in _KINDS else 'object'} {head}")

@@ -134,6 +134,9 @@ def test_reasons_name_what_is_missing_never_which_object() -> None:
         "PersistentVolumeClaim problem"
     )
     assert of(("", "spec.volumes[0]: bad")) == "object problem"
+    assert of(("CSI driver secrets.csi.k8s.io", "not registered on this node yet")) == (
+        "CSI driver not registered yet"
+    )
     assert of(
         ("PersistentVolume pv-1", "not found yet"), ("PersistentVolumeClaim ns/y", "not found yet")
     ) == (f"{PV_MISSING} + {CLAIM_MISSING}")

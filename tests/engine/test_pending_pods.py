@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from events.types import PodAdded
 from volfsm.engine import PodWaitTimeoutError
+from volfsm.plugins.catalog import PluginCatalog
 from volfsm.plugins.scripted import ScriptedPlugin
 
 from .conftest import EngineFactory
-from .objects import claim_volume, pod, pv_set
+from .objects import claim_volume, inline_csi_volume, pod, pv_set
 
 
 async def test_a_pending_pod_waits_is_kept_by_complete_and_mounts_on_its_claim(
@@ -43,3 +45,24 @@ async def test_complete_and_delete_remove_pending_pods(
     assert await engine.delete_pod(namespace="default", name="pod-u3")
     await engine.wait_pod("u3", "unmounted", timeout=5)
     assert not await engine.delete_pod(uid="u3")
+
+
+async def test_a_pod_waits_for_its_csi_driver_across_a_restart(
+    make_engine: EngineFactory, plugin: ScriptedPlugin
+) -> None:
+    """Registration is not in the log: the pod stays `PodPending` through a restart and the
+    `PodAdded` that the driver's registration brings is what the log keeps."""
+    catalog = PluginCatalog()
+    first = await make_engine(plugin, catalog=catalog)
+    result = await first.apply([pod("u1", inline_csi_volume("scratch", plugin.driver))])
+    why = f"scratch: CSI driver {plugin.driver}: not registered on this node yet"
+    assert [str(r) for r in result.objects] == [f"pod/default/pod-u1 created; waiting: {why}"]
+    assert await first.wake_csi_drivers([plugin.driver]) == []  # not registered: still waits
+    await first.stop()
+    again = await make_engine(plugin, catalog=catalog)
+    assert list(again.dsw.pending) == ["u1"]
+    catalog.register_csi_driver(plugin.driver, plugin)
+    [added] = await again.wake_csi_drivers([plugin.driver])
+    assert isinstance(added.body, PodAdded)
+    await again.wait_pod("u1", "mounted", timeout=5)
+    assert await again.wake_csi_drivers([plugin.driver]) == []

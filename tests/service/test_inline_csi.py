@@ -15,18 +15,35 @@ from typing import Any
 import pytest
 import yaml
 
+from events.streams import pod_stream
 from events.types import VolumeMounted
 from tests.helpers.asuser import run_as_member
 from tests.helpers.csidriver import MIB, DriverProcess, cleanup_under, create_volume, mounts_at
 from tests.service.helpers import ServeProcess, cli, unmount_under, until
 
 DRIVER = "csi.volfsm.dev"
+LATE = "late.csi.volfsm.dev"
 FS_GROUP = 2345
 USER = 1000
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServeProcess, DriverProcess]]:
+def late(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DriverProcess]:
+    """A second driver the service knows of but that starts only when a test says so."""
+    tmp = tmp_path_factory.mktemp("latecsi")
+    drv = DriverProcess(tmp / "driver", node_id="n1", name=LATE)
+    drv.workdir.mkdir()
+    try:
+        yield drv
+    finally:
+        drv.close()
+        cleanup_under(tmp)
+
+
+@pytest.fixture(scope="module")
+def world(
+    tmp_path_factory: pytest.TempPathFactory, late: DriverProcess
+) -> Iterator[tuple[ServeProcess, DriverProcess]]:
     tmp = tmp_path_factory.mktemp("inlinecsi")
     drv = DriverProcess(tmp / "driver", node_id="n1")
     drv.workdir.mkdir()
@@ -35,6 +52,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServeProce
         args=[
             "--csi",
             f"{DRIVER}={drv.endpoint}",
+            "--csi",
+            f"{LATE}={late.endpoint}",
             "--backoff-max",
             "1",
             "--csi-republish-period",
@@ -96,6 +115,44 @@ def scratch_volume(svc: ServeProcess, name: str) -> dict[str, Any]:
     [pod] = json.loads(out)["items"]
     [vol] = pod["volumes"]
     return dict(vol)
+
+
+def test_a_pod_waits_for_its_driver_to_register_then_mounts(
+    world: tuple[ServeProcess, DriverProcess], late: DriverProcess
+) -> None:
+    """Applied before its driver registers: pending (the kubelet keeps it ContainerCreating),
+    mounted once the driver registers, without applying anything again."""
+    svc, _ = world
+    pod = inline_pod("waiter")
+    pod["spec"]["volumes"][0]["csi"]["driver"] = LATE
+    apply(svc, {**CSI_DRIVER, "metadata": {"name": LATE}})
+    path = svc.workdir / "waiter.yaml"
+    path.write_text(yaml.safe_dump(pod))
+    code, out, err = cli(svc, "apply", "-f", str(path))
+    assert code == 0, out + err
+    why = f"scratch: CSI driver {LATE}: not registered on this node yet"
+    assert f"pod/default/waiter created (uid uid-waiter); accepted, waiting: {why}" in out
+    vol = scratch_volume(svc, "waiter")
+    assert (vol["state"], vol["waiting"]) == (
+        "Unmounted",
+        f"CSI driver {LATE}: not registered on this node yet",
+    )
+    late.start()
+    code, out, err = cli(
+        svc, "wait", "pod", "default/waiter", "--for", "mounted", "--timeout", "60"
+    )
+    assert code == 0, out + err
+    [call] = late.calls("NodePublishVolume", event="start")
+    assert call["pod_info"]["csi.storage.k8s.io/pod.uid"] == "uid-waiter"
+    assert [m.fstype for m in mounts_at(Path(scratch_volume(svc, "waiter")["mount_path"]))] == [
+        "ext4"
+    ]
+    with svc.open_log() as log:
+        bodies = [
+            type(e.body).__name__ for e in log.read_after(0) if e.stream == pod_stream("uid-waiter")
+        ]
+    assert bodies[:2] == ["PodPending", "PodAdded"]
+    stop_pod(svc, "waiter")
 
 
 def test_without_a_csidriver_object_an_inline_volume_is_refused(

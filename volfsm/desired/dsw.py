@@ -45,6 +45,7 @@ from volfsm.desired.plan import (
     DesiredChange,
     StoredLookup,
     plan_apply,
+    plan_wake_drivers,
 )
 from volfsm.desired.resolve import CanServe, ephemeral_claim_name
 
@@ -126,6 +127,11 @@ class DesiredStateOfWorld:
         is the node's object store: uids and content hashes come from it.
         """
         return plan_apply(objects, self, self.can_serve, self.node_name, stored, self.admission)
+
+    def plan_wake_drivers(self, drivers: Iterable[str]) -> list[DesiredChange]:
+        """The events resolving again the pending pods that wait for these CSI drivers
+        (just registered on this node); mutates nothing."""
+        return plan_wake_drivers(self, self.can_serve, drivers)
 
     def commit_objects(self, plan: ApplyPlan) -> None:
         """Remember the plan's PVs and PVCs, and the Pod objects of its pending pods (after

@@ -71,6 +71,7 @@ from volfsm.desired.resolve import (
     added_fingerprint,
     claim_binding_problem,
     claim_key,
+    csi_driver_key,
     pv_source,
     pv_volume_id,
     resolve_pod,
@@ -91,6 +92,7 @@ from volfsm.desired.validate_kinds import (
     validate_secret,
     validate_service_account,
 )
+from volfsm.plugins.base import NotRegistered
 
 _T = TypeVar("_T")
 
@@ -467,6 +469,26 @@ def _wake_pending(
     keys += [volume_key(n) for n, pv in batch.pvs.items() if actions[id(pv)] != "unchanged"]
     uids = dict.fromkeys(view.pending_waiting_on(keys))
     uids.update(dict.fromkeys(uid for uid in batch.pods if uid in view.pending))
+    return _wake(batch, can_serve, uids, removed)
+
+
+def plan_wake_drivers(
+    view: DesiredView, can_serve: CanServe, drivers: Iterable[str]
+) -> list[DesiredChange]:
+    """Resolve again the pending pods waiting for these CSI drivers to register (called when
+    they do): their `PodAdded`, or a `PodPending` with new reasons. Pure."""
+    uids = view.pending_waiting_on(csi_driver_key(name) for name in drivers)
+    if not uids:
+        return []
+    changes, _ = _wake(_Batch(view, None), can_serve, dict.fromkeys(uids), set())
+    return changes
+
+
+def _wake(
+    batch: _Batch, can_serve: CanServe, uids: Mapping[str, None], removed: set[str]
+) -> tuple[list[DesiredChange], list[ApplyResult]]:
+    """Resolve the pending pods `uids` again (see `_wake_pending`)."""
+    view = batch.view
     changes: list[DesiredChange] = []
     results: list[ApplyResult] = []
     for uid in uids:
@@ -794,7 +816,7 @@ def _check_pv(pv: PersistentVolume, view: DesiredView, can_serve: CanServe) -> N
             "already desired by pods",
         )
     refused = can_serve(pv_source(pv), pv.spec.volume_mode)
-    if refused is not None:
+    if refused is not None and not isinstance(refused, NotRegistered):  # a pod using it waits
         served_by = f"driver {csi.driver}" if csi is not None else "hostPath"
         raise InvalidObjectError(
             "spec.volumeMode", f"{refused} ({served_by}, volumeMode {pv.spec.volume_mode})"

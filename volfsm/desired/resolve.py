@@ -27,6 +27,7 @@ from volfsm.desired.objects import (
 )
 from volfsm.desired.validate import claim_capacity_bytes, parse_size, pv_size_bytes
 from volfsm.desired.volumes import SOURCES, PersistentVolumeClaimVolumeSource
+from volfsm.plugins.base import NotRegistered
 
 PLUGIN_CSI = "kubernetes.io/csi"
 PLUGIN_EMPTY_DIR = "kubernetes.io/empty-dir"
@@ -69,6 +70,23 @@ def claim_key(namespace: str, name: str) -> str:
 def volume_key(name: str) -> str:
     """How a pending pod names a PersistentVolume it waits for."""
     return f"PersistentVolume {name}"
+
+
+def csi_driver_key(name: str) -> str:
+    """How a pending pod names a CSI driver it waits for (to register on this node)."""
+    return f"CSI driver {name}"
+
+
+NOT_REGISTERED = "not registered on this node yet"
+"""Why a CSI volume waits for its driver (the kubelet retries its mount until it registers)."""
+
+
+def _driver_wait(volume: Volume, driver: str, needs: tuple[str, ...] = ()) -> WaitsError:
+    """A CSI volume waits for its driver to register on this node."""
+    waiting = PendingVolume(
+        name=volume.name, waits_for=csi_driver_key(driver), reason=NOT_REGISTERED, needs=needs
+    )
+    return WaitsError(waiting)
 
 
 def csi_volume_id(driver: str, volume_handle: str) -> str:
@@ -205,6 +223,8 @@ def _resolve_claim(
     source = pv_source(pv)
     mode = pv.spec.volume_mode
     refused = can_serve(source, mode)
+    if isinstance(refused, NotRegistered):
+        raise _driver_wait(volume, source.driver, (key, volume_key(pv.metadata.name)))
     if refused is not None:
         raise InvalidObjectError(field, f"{pv.label} (volumeMode {mode}): {refused}")
     pv_read_only = pv.spec.csi.read_only if pv.spec.csi is not None else False
@@ -284,6 +304,8 @@ def _resolve_inline(pod: Pod, volume: Volume, path: str, can_serve: CanServe) ->
         volume_id = empty_dir_volume_id(uid, volume.name)
         field, read_only = f"{path}.emptyDir", False
     refused = can_serve(source, "Filesystem")
+    if isinstance(refused, NotRegistered):
+        raise _driver_wait(volume, source.driver)
     if refused is not None:
         raise InvalidObjectError(field, refused)
     return DesiredVolume(name=volume.name, volume_id=volume_id, source=source, read_only=read_only)
@@ -366,7 +388,8 @@ def resolve_pod(
     strict: bool = True,
 ) -> PodAdded | PodPending:
     """The desired-state event for a (validated) pod: `PodAdded`, or `PodPending` naming what
-    its waiting volumes wait for (a claim not there or not bound yet, its PV not there yet).
+    its waiting volumes wait for (a claim not there or not bound yet, its PV not there yet,
+    a CSI driver not registered on this node yet).
 
     Raises naming every volume that can't be resolved (one line lists all the
     volumes no plugin on this node serves). The volumes at the indices in

@@ -348,6 +348,15 @@ class VolumeEngine:
             skipped=tuple(plan.skipped),
         )
 
+    async def wake_csi_drivers(self, drivers: Collection[str]) -> list[Envelope]:
+        """CSI drivers registered on this node: resolve again the pending pods waiting for
+        them and record what follows (`PodAdded`, or a `PodPending` with new reasons), as an
+        apply of an object a pending pod waits for does. Returns the recorded envelopes."""
+        self._require_running()
+        async with self._change_lock:
+            changes = self.dsw.plan_wake_drivers(drivers)
+            return await self.keeper.commit((), (), changes) if changes else []
+
     async def delete_pod(
         self, uid: str | None = None, namespace: str | None = None, name: str | None = None
     ) -> bool:

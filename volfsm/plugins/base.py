@@ -52,6 +52,15 @@ FILESYSTEM = "Filesystem"
 BLOCK = "Block"
 
 
+class NotRegistered(str):
+    """A `can_serve` answer: the volume's CSI driver has not registered on this node (yet).
+
+    Not the pod's fault: the kubelet keeps such a pod and retries the mount
+    until the driver registers; volfsm keeps it pending (`PodPending`)."""
+
+    __slots__ = ()
+
+
 class ErrorClass(enum.StrEnum):
     """How far an operation got before it failed; decides the transition."""
 

@@ -14,7 +14,13 @@ from __future__ import annotations
 
 from events.types import VolumeSource
 from volfsm.node.layout import CSI_PLUGIN
-from volfsm.plugins.base import ErrorClass, PluginError, SpecConstructor, VolumePlugin
+from volfsm.plugins.base import (
+    ErrorClass,
+    NotRegistered,
+    PluginError,
+    SpecConstructor,
+    VolumePlugin,
+)
 from volfsm.plugins.csi.construct import CsiVolumes
 
 PLUGIN_NOT_FOUND = "PluginNotFound"
@@ -102,7 +108,10 @@ class PluginCatalog:
         return plugin
 
     def can_serve(self, source: VolumeSource, volume_mode: str) -> str | None:
-        """None if a registered plugin can serve `source` in `volume_mode`, else why not."""
+        """None if a registered plugin can serve `source` in `volume_mode`, else why not
+        (a `NotRegistered` when it is a CSI volume of a driver not registered yet)."""
+        if source.plugin == CSI_PLUGIN and source.driver and source.driver not in self._csi_drivers:
+            return NotRegistered(f"CSI driver {source.driver}: not registered on this node yet")
         try:
             plugin = self.find(source)
         except PluginError as exc:

@@ -17,7 +17,9 @@ Start, in this order:
    (and, once ready, the URL to `<data-dir>/nats.url`: the CLI finds both
    there, and a script may wait for that file as the sign of readiness);
 4. plugins: emptyDir, and each `--csi` driver (probed in the background and
-   registered once it answers, as the kubelet registers drivers);
+   registered once it answers, as the kubelet registers drivers; the pending
+   pods waiting for a driver are resolved again when it registers, or once
+   the engine has started for those registered before);
 5. the relay, publishing from its cursor (it only reads the log). It starts
    before the engine so that a NATS setup the operator must fix (refused
    credentials, an unusable stream) stops the service before it mounts
@@ -296,6 +298,7 @@ class NodeService:
             await engine.start()
         except ObjectStoreError as exc:
             raise ServiceStartError(str(exc)) from None
+        await self._wake_for_drivers(self.catalog.csi_driver_names())  # registered before
         # before remount_all: the remounts it asks for then read the new bundle
         for namespace in await refresh_root_ca(engine, admitting):
             self._log.info("kube-root-ca.crt of {} published again: the CA changed", namespace)
@@ -520,7 +523,25 @@ class NodeService:
             self.catalog.register_csi_driver(plugin.driver, plugin)
             registered.set()
             self._log.info("CSI driver {} registered ({})", plugin.driver, plugin.endpoint)
+            engine = self.engine
+            if engine is not None and engine.running:  # else the engine's start wakes them
+                await self._wake_for_drivers([plugin.driver])
             return
+
+    async def _wake_for_drivers(self, drivers: list[str]) -> None:
+        """Resolve again the pending pods waiting for these CSI drivers (just registered)."""
+        engine = self.engine
+        if engine is None or not drivers:
+            return
+        try:
+            envs = await engine.wake_csi_drivers(drivers)
+        except Exception as exc:  # the pods stay pending; the next registration retries
+            self._log.error("pods waiting for CSI drivers {} not resolved: {}", drivers, exc)
+            return
+        if envs:
+            self._log.info(
+                "CSI drivers {} registered: {} pending pods resolved again", drivers, len(envs)
+            )
 
     async def _watch_ready(self) -> None:
         engine = self.engine

@@ -122,3 +122,22 @@ def test_loaded_objects_apply() -> None:
         "persistentvolume/pv-data created",
         "pod/default/web created",
     ]
+
+
+def test_a_key_twice_in_json_is_refused_as_in_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "pod.json"
+    path.write_text('{"kind": "Pod",\n "metadata": {"name": "a",\n  "name": "b"}}\n')
+    with pytest.raises(LoadError) as info:
+        load_objects(path)
+    assert str(info.value) == (
+        f'{path}: document 0: invalid JSON at line 3, column 3: mapping key "name" '
+        "already defined at line 2"
+    )
+    with pytest.raises(LoadError, match=r'mapping key "kind" already defined'):
+        parse_objects('[{"kind": "Pod", "kind": "PersistentVolume"}]', "inline")
+
+
+def test_a_json_file_holding_yaml_is_read_as_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "pod.json"
+    path.write_text("kind: Pod\nmetadata:\n  name: web\n---\nkind: PersistentVolume\n")
+    assert [o["kind"] for o in load_objects(path)] == ["Pod", "PersistentVolume"]

@@ -20,7 +20,10 @@ go-yaml v2), so a manifest kubectl accepts means the same here:
   kubectl would make it "true");
 * `!!binary` values are refused (kubectl refuses them too);
 * a key written twice in one mapping is refused, as kubectl refuses it (a key a `<<`
-  merge brought in may be overridden).
+  merge brought in may be overridden); in JSON too, in the same words.
+
+Text is JSON when it starts with `{` or `[` (kubectl looks at the content, not the
+file's name): a `.json` file holding YAML is read as YAML.
 """
 
 from __future__ import annotations
@@ -201,18 +204,59 @@ def _load_file(path: Path) -> list[dict[str, Any]]:
         raise LoadError(str(path), "no such file or directory") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LoadError(str(path), f"cannot read: {exc}") from None
-    return parse_objects(text, str(path), json_only=path.suffix == ".json")
+    return parse_objects(text, str(path), json_errors=path.suffix == ".json")
+
+
+class _RepeatedKey(ValueError):
+    """A JSON object names a key twice."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object; a key written twice is refused (kubectl refuses it)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _RepeatedKey(key)
+        found[key] = value
+    return found
+
+
+def _repeated_json_key(text: str, key: str) -> str:
+    """The problem of a JSON text naming `key` twice, in go-yaml's words and with the lines
+    (read as YAML, which JSON is, to find them) when YAML can say where."""
+    try:
+        for _ in yaml.load_all(text, Loader=_ObjectLoader):
+            pass
+    except yaml.MarkedYAMLError as exc:
+        mark, problem = exc.problem_mark, exc.problem or ""
+        if mark is not None and "already defined" in problem:
+            return f"invalid JSON at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    except yaml.YAMLError:
+        pass
+    return f"invalid JSON: mapping key {json.dumps(key)} already defined"
 
 
 def parse_objects(
-    text: str, origin: str = "<text>", *, json_only: bool = False
+    text: str, origin: str = "<text>", *, json_errors: bool = False
 ) -> list[dict[str, Any]]:
-    """Objects from YAML (possibly multi-document) or JSON text; `origin` names it in errors."""
-    if json_only or text.lstrip()[:1] in ("{", "["):
+    """Objects from YAML (possibly multi-document) or JSON text; `origin` names it in errors.
+
+    Text is JSON when it looks like JSON (starts with `{` or `[`), whatever its file is
+    called, as kubectl decides; otherwise YAML (a `.json` file holding YAML too). JSON that
+    does not parse is read as YAML, unless `json_errors` (a `.json` file): then its JSON
+    error is the answer. A key written twice in a JSON object is refused.
+    """
+    if text.lstrip()[:1] in ("{", "["):
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_json_object)
+        except _RepeatedKey as exc:
+            raise LoadError(origin, _repeated_json_key(text, exc.key), 0) from None
         except json.JSONDecodeError as exc:
-            if json_only:
+            if json_errors:
                 where = f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
                 raise LoadError(origin, where, 0) from None
         else:

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives import serialization
 
 from events.log import EventLog
 from events.types import VolumeMounted
+from tests.engine.helpers import eventually
 from tests.helpers import certsigner
 from tests.plugins.test_construct import Node, tmpfs_at
 from volfsm.desired.objects import Pod
@@ -309,6 +310,11 @@ async def test_fs_group_applies_to_the_files_before_the_swap(
         assert (st.st_gid, st.st_mode & 0o7777) == (2345, 0o640)  # 0600 + the read-only 0440
         assert [m.ownership.split(":")[0] for m in mounted] == ["fsGroup 2345"]
         assert mounts.find_mount(path) is None  # configMap: on the node's disk
+        assert os.stat(path).st_mode & 0o2000  # the fsGroup pass's setgid on the volume dir
+        engine.remount("uid-p")  # nothing changed: nothing rewritten, the bits stay
+        await eventually(lambda: len(mounted) == 2, "the remount")
+        assert mounted[1].contents.startswith("unchanged")
+        assert os.stat(path).st_mode & 0o2000 and os.stat(path).st_gid == 2345
     finally:
         await plugin.tear_down(req)
     assert not path.exists()

@@ -52,6 +52,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from loguru import logger
@@ -117,6 +118,7 @@ class WriteResult:
     Always empty with a reaper: the reaper checks for mounts and logs what it keeps."""
 
 
+@lru_cache(maxsize=4096)
 def check_path(path: str) -> str:
     """The cleaned form of a payload path; `AtomicWriteError` if the kubelet refuses it.
 
@@ -168,24 +170,6 @@ def _ancestors(path: str) -> list[str]:
     return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def _old_paths(old_dir: Path) -> set[str]:
-    """Every file and dir below `old_dir`, relative to it."""
-    found: set[str] = set()
-    for dirpath, dirnames, filenames in os.walk(old_dir):
-        rel = os.path.relpath(dirpath, old_dir)
-        for name in (*dirnames, *filenames):
-            found.add(name if rel == "." else f"{rel}/{name}")
-    return found
-
-
-def _same_bytes(path: Path, data: bytes) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(len(data) + 1) == data
-    except OSError:
-        return False
-
-
 def _remove_own_dir(path: Path) -> bool:
     """Remove a timestamped dir this writer made; kept (False) if a mount is at or under it.
 
@@ -213,11 +197,84 @@ def _timestamp_prefix() -> str:
     return ".." + time.strftime("%Y_%m_%d_%H_%M_%S", time.gmtime()) + "."
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_NOFOLLOW_DIR_FLAGS = _DIR_FLAGS | os.O_NOFOLLOW
+_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+@dataclass
+class _Listing:
+    """What the volume dir held when a write began (one `scandir`)."""
+
+    symlinks: set[str]
+    """Names of the symlinks in it (``..data`` and the visible top-level ones)."""
+    others: set[str]
+    """Names of everything else."""
+    stale: list[str]
+    """Directories of the writer's pattern (the current one among them)."""
+
+    @classmethod
+    def of(cls, dir_fd: int) -> _Listing:
+        symlinks: set[str] = set()
+        others: set[str] = set()
+        stale: list[str] = []
+        with os.scandir(dir_fd) as entries:
+            for entry in entries:
+                name = entry.name
+                if entry.is_symlink():
+                    symlinks.add(name)
+                    continue
+                others.add(name)
+                if name.startswith("..") and TS_DIR_RE.match(name) and entry.is_dir():
+                    stale.append(name)
+        return cls(symlinks, others, stale)
+
+
+def _tree_names(dir_fd: int, prefix: str, found: set[str]) -> None:
+    """Every file and dir below the directory open at `dir_fd`, as `prefix` + relative path."""
+    with os.scandir(dir_fd) as entries:
+        subdirs = []
+        for entry in entries:
+            rel = prefix + entry.name
+            found.add(rel)
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append((entry.name, rel))
+    for name, rel in subdirs:
+        try:
+            sub = os.open(name, _NOFOLLOW_DIR_FLAGS, dir_fd=dir_fd)
+        except OSError:
+            continue
+        try:
+            _tree_names(sub, rel + "/", found)
+        finally:
+            os.close(sub)
+
+
+def _same_bytes_at(dir_fd: int, path: str, data: bytes) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        want = len(data) + 1  # one byte more than `data`: a longer file differs
+        chunks = []
+        while want > 0 and (chunk := os.read(fd, want)):
+            chunks.append(chunk)
+            want -= len(chunk)
+        return b"".join(chunks) == data
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 class AtomicWriter:
     """Writes payloads into one volume dir atomically (kubelet's AtomicWriter).
 
     `context` prefixes every error ("pod NS/NAME volume VOL"), like the
-    kubelet's messages; no error carries a file's content.
+    kubelet's messages; no error carries a file's content. Every step works
+    on the volume dir's fd: `write` opens `target_dir` once, or uses the fd
+    its caller opened (`dir_fd`: a walk that followed no symlink).
     """
 
     def __init__(
@@ -250,37 +307,77 @@ class AtomicWriter:
             raise self._fail(f"unable to read link for data directory: {exc.strerror}") from None
 
     def write(
-        self, payload: Mapping[str, FileProjection], set_perms: Callable[[Path], None] | None = None
+        self,
+        payload: Mapping[str, FileProjection],
+        set_perms: Callable[[Path], None] | None = None,
+        dir_fd: int | None = None,
     ) -> WriteResult:
-        """Make the volume dir hold exactly `payload`, in one atomic step (see the module doc)."""
+        """Make the volume dir hold exactly `payload`, in one atomic step (see the module doc).
+
+        `dir_fd`: the volume dir, already open (the caller keeps and closes it).
+        """
         try:
             files = check_payload(payload)
         except AtomicWriteError as exc:
             raise self._fail(str(exc)) from None
-        old_name = self.current_dir()
-        old_dir = None if old_name is None else self.target_dir / old_name
-        if old_dir is not None and not old_dir.is_dir():
-            old_dir, old_name = None, None
-        to_remove = self._paths_to_remove(old_dir, files)
-        swept = self.sweep(keep=old_name)
-        if old_dir is not None and not to_remove and self._unchanged(old_dir, files):
-            self._make_visible(files)
-            return WriteResult(written=False, data_dir=old_name or "", swept=swept)
-        new_name = self._write_new_dir(files)
+        if dir_fd is not None:
+            return self._write_at(dir_fd, files, set_perms)
+        try:
+            fd = os.open(self.target_dir, _DIR_FLAGS)
+        except OSError as exc:
+            raise self._fail(f"error opening the volume dir: {exc.strerror}") from None
+        try:
+            return self._write_at(fd, files, set_perms)
+        finally:
+            os.close(fd)
+
+    def _write_at(
+        self,
+        fd: int,
+        files: Mapping[str, FileProjection],
+        set_perms: Callable[[Path], None] | None,
+    ) -> WriteResult:
+        old_name, old_fd = self._open_current(fd)
+        try:
+            to_remove = self._paths_to_remove(old_fd, files)
+            listing = _Listing.of(fd)
+            swept = self._sweep(fd, listing, keep=old_name)
+            if old_fd is not None and not to_remove and self._unchanged(old_fd, files):
+                self._make_visible(fd, files, listing)
+                return WriteResult(written=False, data_dir=old_name or "", swept=swept)
+        finally:
+            if old_fd is not None:
+                os.close(old_fd)
+        new_name = self._write_new_dir(fd, files)
         self._step("files_written")
         if set_perms is not None:
             set_perms(self.target_dir)  # the kubelet: on the whole volume, before the swap
-        self._swap(new_name)
+        self._swap(fd, new_name)
         self._step("swapped")
-        self._make_visible(files)
-        removed = self._remove_visible(to_remove)
+        self._make_visible(fd, files, listing)
+        removed = self._remove_visible(fd, to_remove, listing)
         kept: list[str] = []
-        if old_dir is not None and old_name != new_name and not self._remove_old(old_dir):
-            kept.append(old_dir.name)
+        if old_name is not None and not self._remove_old(self.target_dir / old_name):
+            kept.append(old_name)
         self._step("done")
         return WriteResult(
             written=True, data_dir=new_name, removed_paths=removed, swept=swept, kept=kept
         )
+
+    def _open_current(self, fd: int) -> tuple[str | None, int | None]:
+        """(name, fd) of the timestamped dir ``..data`` points at; (None, None) if none."""
+        try:
+            name = os.readlink(DATA_DIR, dir_fd=fd)
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            raise self._fail(f"unable to read link for data directory: {exc.strerror}") from None
+        if not TS_DIR_RE.match(name):
+            return None, None  # not a link this writer made: replaced at the swap, kept
+        try:
+            return name, os.open(name, _NOFOLLOW_DIR_FLAGS, dir_fd=fd)
+        except OSError:
+            return None, None
 
     def _remove_old(self, path: Path) -> bool:
         """Remove (or hand to the reaper) a timestamped dir; False if kept for a mount in it."""
@@ -289,39 +386,51 @@ class AtomicWriter:
             return True
         return _remove_own_dir(path)
 
-    def _paths_to_remove(
-        self, old_dir: Path | None, files: Mapping[str, FileProjection]
-    ) -> set[str]:
-        if old_dir is None:
+    @staticmethod
+    def _paths_to_remove(old_fd: int | None, files: Mapping[str, FileProjection]) -> set[str]:
+        if old_fd is None:
+            return set()
+        found: set[str] = set()
+        _tree_names(old_fd, "", found)
+        if not found.difference(files):
             return set()
         present = set(files)
         for path in files:
             present.update(_ancestors(path))
-        return _old_paths(old_dir) - present
+        return found - present
 
     @staticmethod
-    def _unchanged(old_dir: Path, files: Mapping[str, FileProjection]) -> bool:
-        return all(_same_bytes(old_dir / path, p.data) for path, p in files.items())
+    def _unchanged(old_fd: int, files: Mapping[str, FileProjection]) -> bool:
+        return all(_same_bytes_at(old_fd, path, p.data) for path, p in files.items())
 
-    def _write_new_dir(self, files: Mapping[str, FileProjection]) -> str:
-        suffix = secrets.token_hex(4)
-        new_dir = self.target_dir / f"{_timestamp_prefix()}{suffix}"
+    def _write_new_dir(self, fd: int, files: Mapping[str, FileProjection]) -> str:
+        new_name = f"{_timestamp_prefix()}{secrets.token_hex(4)}"
         try:
-            new_dir.mkdir(mode=TS_DIR_MODE)
-            ensure_mode(new_dir, TS_DIR_MODE)
-            for path, projection in files.items():
-                self._write_file(new_dir, path, projection)
+            os.mkdir(new_name, TS_DIR_MODE, dir_fd=fd)
+            new_fd = os.open(new_name, _NOFOLLOW_DIR_FLAGS, dir_fd=fd)
+            try:
+                if stat.S_IMODE(os.fstat(new_fd).st_mode) != TS_DIR_MODE:  # the umask took bits
+                    os.fchmod(new_fd, TS_DIR_MODE)
+                made: set[str] = set()
+                for path, projection in files.items():
+                    self._write_file(new_fd, path, projection, made)
+            finally:
+                os.close(new_fd)
         except OSError as exc:
-            raise self._fail(f"error writing payload to {new_dir.name}: {exc.strerror}") from None
-        return new_dir.name
+            raise self._fail(f"error writing payload to {new_name}: {exc.strerror}") from None
+        return new_name
 
     @staticmethod
-    def _write_file(new_dir: Path, path: str, projection: FileProjection) -> None:
-        target = new_dir / path
-        parent = target.parent
-        if parent != new_dir:
-            parent.mkdir(mode=TS_DIR_MODE, parents=True, exist_ok=True)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, projection.mode)
+    def _write_file(new_fd: int, path: str, projection: FileProjection, made: set[str]) -> None:
+        if "/" in path:
+            ancestors = _ancestors(path)
+            for index, parent in enumerate(ancestors):
+                if parent not in made:
+                    mode = TS_DIR_MODE if index == len(ancestors) - 1 else 0o777
+                    with suppress(FileExistsError):
+                        os.mkdir(parent, mode, dir_fd=new_fd)
+                    made.add(parent)
+        fd = os.open(path, _NEW_FILE_FLAGS, projection.mode, dir_fd=new_fd)
         try:
             view = memoryview(projection.data)
             while view:
@@ -333,59 +442,73 @@ class AtomicWriter:
         finally:
             os.close(fd)
 
-    def _swap(self, new_name: str) -> None:
-        tmp = self.target_dir / DATA_DIR_TMP
+    def _swap(self, fd: int, new_name: str) -> None:
         try:
             try:
-                os.symlink(new_name, tmp)
+                os.symlink(new_name, DATA_DIR_TMP, dir_fd=fd)
             except FileExistsError:  # a leftover the sweep did not remove
-                tmp.unlink()
-                os.symlink(new_name, tmp)
+                os.unlink(DATA_DIR_TMP, dir_fd=fd)
+                os.symlink(new_name, DATA_DIR_TMP, dir_fd=fd)
             self._step("tmp_linked")
-            os.rename(tmp, self.target_dir / DATA_DIR)
+            os.rename(DATA_DIR_TMP, DATA_DIR, src_dir_fd=fd, dst_dir_fd=fd)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
+            with suppress(FileNotFoundError):
+                os.unlink(DATA_DIR_TMP, dir_fd=fd)
             with suppress(OSError, PathInUseError):  # a leftover: the next write sweeps it
                 remove_own_tree(self.target_dir / new_name)
             raise self._fail(
                 f"error swapping {DATA_DIR} to the new payload: {exc.strerror}"
             ) from None
 
-    def _make_visible(self, files: Mapping[str, FileProjection]) -> None:
+    def _make_visible(
+        self, fd: int, files: Mapping[str, FileProjection], listing: _Listing
+    ) -> None:
         """Ensure a ``<top> -> ..data/<top>`` symlink per first path segment (even unwritten)."""
         for top in sorted({path.split("/", 1)[0] for path in files}):
-            visible = self.target_dir / top
-            if visible.is_symlink():
+            if top in listing.symlinks:
                 continue
-            if os.path.lexists(visible):
+            if top in listing.others:
                 raise self._fail(f"{top!r} exists in the volume dir and is not a symlink")
-            os.symlink(f"{DATA_DIR}/{top}", visible)
+            try:
+                os.symlink(f"{DATA_DIR}/{top}", top, dir_fd=fd)
+            except FileExistsError:
+                if not stat.S_ISLNK(os.stat(top, dir_fd=fd, follow_symlinks=False).st_mode):
+                    raise self._fail(
+                        f"{top!r} exists in the volume dir and is not a symlink"
+                    ) from None
+            listing.symlinks.add(top)
 
-    def _remove_visible(self, to_remove: set[str]) -> list[str]:
+    @staticmethod
+    def _remove_visible(fd: int, to_remove: set[str], listing: _Listing) -> list[str]:
         """Remove the top-level symlinks of paths that went away (deeper ones go with their dir)."""
         removed: list[str] = []
         for path in sorted(p for p in to_remove if "/" not in p):
-            visible = self.target_dir / path
-            if visible.is_symlink():
-                visible.unlink()
+            if path in listing.symlinks:
+                with suppress(FileNotFoundError):
+                    os.unlink(path, dir_fd=fd)
+                listing.symlinks.discard(path)
                 removed.append(path)
         return removed
 
     def sweep(self, keep: str | None) -> list[str]:
         """Remove timestamped dirs but `keep` (crash leftovers) and a stale ``..data_tmp``."""
-        swept: list[str] = []
         try:
-            names = os.listdir(self.target_dir)
+            fd = os.open(self.target_dir, _DIR_FLAGS)
         except FileNotFoundError:
-            return swept
-        for name in names:
-            if name == keep or not TS_DIR_RE.match(name):
-                continue
-            path = self.target_dir / name
-            if path.is_dir() and not path.is_symlink() and self._remove_old(path):
+            return []
+        try:
+            return self._sweep(fd, _Listing.of(fd), keep)
+        finally:
+            os.close(fd)
+
+    def _sweep(self, fd: int, listing: _Listing, keep: str | None) -> list[str]:
+        swept: list[str] = []
+        for name in listing.stale:
+            if name != keep and self._remove_old(self.target_dir / name):
                 swept.append(name)
-        if DATA_DIR_TMP in names:
-            (self.target_dir / DATA_DIR_TMP).unlink(missing_ok=True)
+        if DATA_DIR_TMP in listing.symlinks or DATA_DIR_TMP in listing.others:
+            with suppress(FileNotFoundError, IsADirectoryError):
+                os.unlink(DATA_DIR_TMP, dir_fd=fd)
         return sorted(swept)
 
 

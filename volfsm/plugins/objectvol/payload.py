@@ -25,7 +25,8 @@ from volfsm.desired.volumes import (
     VolumeProjection,
 )
 from volfsm.node.atomicwriter import DEFAULT_FILE_MODE, FileProjection
-from volfsm.objects import ObjectStore, Version
+from volfsm.objects import ObjectStore, StoredObject, Version
+from volfsm.objects.views import config_map_data
 from volfsm.plugins.objectvol.certs import (
     DEFAULT_MAX_EXPIRATION_S,
     CertError,
@@ -129,14 +130,37 @@ def _keyed(
     return out
 
 
+CONFIG_MAP_CACHE_SIZE = 1024
+_ConfigMapFiles = tuple[StoredObject, dict[str, bytes], Version]
+_decoded_config_maps: dict[tuple[int, str, str], _ConfigMapFiles] = {}
+"""(store, namespace, name) -> the ConfigMap's files as last decoded, with the stored object
+they came from: the 100 pods of a ConfigMap's update decode it once, not 100 times."""
+
+
+def _config_map_files(store: ObjectStore, ns: str, name: str) -> _ConfigMapFiles | None:
+    stored = store.get("ConfigMap", ns, name)
+    if stored is None:
+        return None
+    key = (id(store), ns, name)
+    known = _decoded_config_maps.get(key)
+    if known is not None and known[0] is stored:
+        return known
+    cm = config_map_data(stored)
+    found = (stored, cm.files(), cm.version)
+    if len(_decoded_config_maps) >= CONFIG_MAP_CACHE_SIZE:
+        _decoded_config_maps.clear()
+    _decoded_config_maps[key] = found
+    return found
+
+
 def config_map_payload(
     ctx: Context, name: str, items: tuple[KeyToPath, ...], optional: bool, default_mode: int
 ) -> Payload:
     """A configMap volume or projection."""
     ns = ctx.pod.metadata.ns
-    cm = ctx.store.config_map(ns, name)
-    values = cm.files() if cm is not None else None
-    version = cm.version if cm is not None else None
+    found = _config_map_files(ctx.store, ns, name)
+    values = found[1] if found is not None else None
+    version = found[2] if found is not None else None
     return _keyed("ConfigMap", ns, name, values, version, items, optional, default_mode)
 
 

@@ -51,6 +51,9 @@ class Fsm:
             ignore_invalid_triggers=False,
         )
         self._event_of = {t.trigger: t.event for t in table.transitions}
+        self._decided: dict[tuple[str, str], str] = {}
+        """(state, trigger) -> the state the machine moved a probe to: it has no conditions
+        or callbacks, so a legal transition's outcome never changes."""
 
     @staticmethod
     def _row(trigger: str, sources: tuple[str, ...], dest: str | None) -> dict[str, Any]:
@@ -77,11 +80,15 @@ class Fsm:
             raise IllegalTransitionError(
                 model.stream, model.state, trigger, f"records {expected}, not {event_type}"
             )
+        decided = self._decided.get((model.state, trigger))
+        if decided is not None:
+            return decided
         probe = _Probe(model.state)
         try:
             self.machine.events[trigger].trigger(probe)
         except MachineError:
             raise IllegalTransitionError(model.stream, model.state, trigger) from None
+        self._decided[model.state, trigger] = probe.state
         return probe.state
 
     def can(self, state: str, trigger: str) -> bool:

@@ -10,7 +10,10 @@ FSM transitions. The executor
 * appends `OperationStarted` before the body runs (so a log that ends there
   names the call that was in flight), and `OperationSucceeded` or
   `OperationFailed` (code, message, final, the backoff that follows,
-  duration) after it;
+  duration) after it; a body may leave its last transition on the
+  operation's own stream (a mount's `VolumeMounted`) to the executor
+  (`defer_final`), which appends it and `OperationSucceeded` in one append:
+  one group commit, one wake-up of the waiting task, one listener call;
 * releases the key, updating the backoff, only after the outcome is
   recorded, then tells the engine (which marks the volume for the next
   reconcile pass and wakes it).
@@ -28,10 +31,11 @@ live state stays equal to the log.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -81,9 +85,31 @@ class Operation:
     """False for bookkeeping operations that call no plugin (mark detached)."""
     op_id: str = ""
     failure: PluginError | None = field(default=None)
+    final: Final | None = None
+    """The operation's last transition, left by its body (`defer_final`) for the executor to
+    append in one append with OperationSucceeded; None once appended or if there is none."""
 
+
+Final = Callable[[Sequence[Body]], Awaitable[None]]
+"""Fires an operation's last transition with these records appended after it (one append)."""
 
 OnFinished = Callable[[Operation], None]
+
+_CURRENT: contextvars.ContextVar[Operation | None] = contextvars.ContextVar(
+    "volfsm_operation", default=None
+)
+
+
+def defer_final(stream: str, fire: Final) -> bool:
+    """Leave `fire` (the last transition of the running operation, on `stream`) to the
+    executor, which appends it together with the operation's OperationSucceeded: one
+    append and one group commit instead of two. False (the caller fires now) outside a
+    recorded operation or when the operation records to another stream."""
+    op = _CURRENT.get()
+    if op is None or not op.recorded or op.stream != stream or op.final is not None:
+        return False
+    op.final = fire
+    return True
 
 
 class OperationExecutor:
@@ -135,6 +161,7 @@ class OperationExecutor:
         started = time.monotonic()
         cancelled = False
         faultpoints.operation(op.name, op.plugin, op.pod_uid, op.volume_id)
+        _CURRENT.set(op)  # the task's own context: `defer_final` finds its operation
         try:
             if op.recorded:
                 await self._record(op.stream, self._started_body(op))
@@ -146,6 +173,8 @@ class OperationExecutor:
         except Exception as exc:  # a bug or an I/O error in the engine itself
             log.exception("operation {} {} on {} failed", op.op_id, op.name, key)
             op.failure = PluginError(UNKNOWN, f"{type(exc).__name__}: {exc}", ErrorClass.UNCERTAIN)
+        if op.failure is not None:
+            op.final = None  # a failure after the body deferred it: never appended
         await self._finish(op, key, time.monotonic() - started)
         if cancelled:
             raise asyncio.CancelledError
@@ -161,9 +190,11 @@ class OperationExecutor:
         )
 
     async def _finish(self, op: Operation, key: OperationKey, duration: float) -> None:
-        failure = op.failure
         try:
-            if op.recorded:
+            if op.final is not None:
+                await self._fire_final(op, duration)
+            if op.recorded and op.final is None:
+                failure = op.failure
                 if failure is None:
                     body: Body = OperationSucceeded(
                         op_id=op.op_id, operation=op.name, duration_s=round(duration, 6)
@@ -182,9 +213,38 @@ class OperationExecutor:
         except Exception:  # the log is gone (shutdown): still release the key
             log.exception("could not record the outcome of {} {}", op.op_id, op.name)
         finally:
-            self.pending.complete(key, None if failure is None else str(failure))
+            self.pending.complete(key, None if op.failure is None else str(op.failure))
             if self.on_finished is not None:
                 self.on_finished(op)
+
+    async def _fire_final(self, op: Operation, duration: float) -> None:
+        """The deferred last transition and OperationSucceeded in one append; a failure of
+        that transition is the operation's failure (recorded by `_finish` as usual)."""
+        final = op.final
+        assert final is not None
+        done = OperationSucceeded(op_id=op.op_id, operation=op.name, duration_s=round(duration, 6))
+        try:
+            await final([done])
+        except PluginError as exc:
+            op.failure, op.final = exc, None
+            return
+        except Exception as exc:  # an illegal transition, the log is gone, or a listener's bug
+            log.exception("operation {} {}: its last transition failed", op.op_id, op.name)
+            if not self._succeeded_in_log(op):
+                error = PluginError(UNKNOWN, f"{type(exc).__name__}: {exc}", ErrorClass.UNCERTAIN)
+                op.failure, op.final = error, None
+            return
+        faultpoints.hit("append.after", OperationSucceeded.__name__)
+
+    def _succeeded_in_log(self, op: Operation) -> bool:
+        """Whether op's OperationSucceeded is in the log (what raised came after the append:
+        then the operation did succeed, and no OperationFailed may follow it)."""
+        try:
+            last = self.handler.log.read_stream(op.stream)[-1:]
+        except Exception:
+            return False
+        body = last[0].body if last else None
+        return isinstance(body, OperationSucceeded) and body.op_id == op.op_id
 
     async def _record(self, stream: str, body: Body) -> None:
         await self.handler.record_async(stream, [body])

@@ -84,14 +84,23 @@ class CommandHandler:
             return self._commit(model, new_state, envs)
         raise ConflictError(stream, model.version, self.log.stream_version(stream))
 
-    async def fire_async(self, stream: str, trigger: str, body: Body) -> list[Envelope]:
-        """`fire` for asyncio callers."""
+    async def fire_async(
+        self, stream: str, trigger: str, body: Body, then: Sequence[Body] = ()
+    ) -> list[Envelope]:
+        """`fire` for asyncio callers.
+
+        `then`: records (not transitions) appended right after `body`, in the same
+        append (one transaction): an operation's outcome after its last transition.
+        """
         fsm = self._fsm(stream)
         model = self.load(stream)
+        if then:
+            self._check_not_transition(stream, then)
+        bodies = [body, *then]
         for _ in range(_MAX_CONFLICT_RETRIES):
             new_state = fsm.decide(model, trigger, type(body).__name__)
             try:
-                envs = await self.log.append_async(stream, model.version, [body])
+                envs = await self.log.append_async(stream, model.version, bodies)
             except ConflictError:
                 model = self._reload(stream)
                 continue

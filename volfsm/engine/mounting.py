@@ -65,7 +65,8 @@ class MountSteps(OperationCore):
         if attachable:
             attach_path = await self._wait_for_attach(plugin, req)
         await self._ensure_attached(dv, plugin, attachable, attach_path)
-        req = replace(req, device_path=attach_path or req.device_path)
+        if attach_path and attach_path != req.device_path:
+            req = replace(req, device_path=attach_path)
         device_path, staged = await self._stage(dv, plugin, req, block)
         expansion_done = False
         if staged and not block:
@@ -93,7 +94,7 @@ class MountSteps(OperationCore):
             ownership_s=round(result.ownership_s, 6),
             contents=result.contents,
         )
-        await self._fire_podvol(pod_uid, dv.name, "mount", body)
+        await self._fire_podvol_last(pod_uid, dv.name, "mount", body)
 
     async def _wait_for_attach(self, plugin: VolumePlugin, req: VolumeRequest) -> str:
         """WaitForAttach with its own timeout; any failure is "before the driver" (no change)."""

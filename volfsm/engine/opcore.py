@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
@@ -35,7 +36,7 @@ from events.types import (
 )
 from projections.asw import Asw
 from volfsm import faultpoints
-from volfsm.engine.executor import OperationExecutor
+from volfsm.engine.executor import OperationExecutor, defer_final
 from volfsm.engine.handler import CommandHandler
 from volfsm.errors import VolfsmError
 from volfsm.node.layout import RootLayout, UnsafePathError
@@ -201,15 +202,27 @@ class OperationCore:
         await self.handler.fire_async(stream, trigger, body)
         faultpoints.hit("append.after", type(body).__name__)
 
-    async def _fire_podvol(self, pod_uid: str, name: str, trigger: str, body: Body) -> None:
+    async def _fire_podvol(
+        self, pod_uid: str, name: str, trigger: str, body: Body, then: Sequence[Body] = ()
+    ) -> None:
         stream = podvol_stream(pod_uid, name)
         pv = self.asw.podvols.get((pod_uid, name))
         if pv is not None:
             self.handler.prime(stream, pv.state, pv.version)
         else:
             self.handler.prime(stream, UNMOUNTED, 0)
-        await self.handler.fire_async(stream, trigger, body)
+        await self.handler.fire_async(stream, trigger, body, then)
         faultpoints.hit("append.after", type(body).__name__)
+
+    async def _fire_podvol_last(self, pod_uid: str, name: str, trigger: str, body: Body) -> None:
+        """The operation's last transition: appended by the executor in one append with its
+        OperationSucceeded (`defer_final`), or now if that cannot be."""
+
+        async def fire(then: Sequence[Body]) -> None:
+            await self._fire_podvol(pod_uid, name, trigger, body, then)
+
+        if not defer_final(podvol_stream(pod_uid, name), fire):
+            await fire(())
 
     def _checked(self, path: Path | None, what: str, *, link: bool = False) -> Path | None:
         """`path` if it lies inside the root with no symlink on the way (see `confined`)."""
@@ -224,6 +237,7 @@ class OperationCore:
         self, dv: DesiredVolume, plugin: VolumePlugin, pod_uid: str = "", *, teardown: bool = False
     ) -> VolumeRequest:
         """The plugin request; the plugin computes its paths, checked to lie inside the root."""
+        pod = self.holders.pod_spec(pod_uid) if pod_uid and self.holders is not None else None
         req = VolumeRequest(
             volume_id=dv.volume_id,
             source=dv.source,
@@ -236,15 +250,10 @@ class OperationCore:
             ephemeral=not dv.pv_name,  # inline csi / emptyDir: pod-scoped, never staged
             fs_group=dv.fs_group,
             fs_group_change_policy=dv.fs_group_change_policy,
+            pod_name=pod.name if pod is not None else "",
+            pod_namespace=pod.namespace if pod is not None else "",
+            service_account=pod.service_account if pod is not None else "",
         )
-        pod = self.holders.pod_spec(pod_uid) if pod_uid and self.holders is not None else None
-        if pod is not None:
-            req = replace(
-                req,
-                pod_name=pod.name,
-                pod_namespace=pod.namespace,
-                service_account=pod.service_account,
-            )
         root = self.layout.root
         try:
             device_path = plugin.device_mount_path(root, req)

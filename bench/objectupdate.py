@@ -107,6 +107,8 @@ async def object_update(pods: int, trials: int, tmpfs: bool = False) -> list[flo
         await engine.apply([config_map(0), *(pod(i) for i in range(pods))])
         for i in range(pods):
             await engine.wait_pod(f"uid-{i}", "mounted", timeout=60)
+        await engine.settle(60)  # the remount the first apply's ConfigMap asked for, too
+        shared.reaper.wait_idle(60)
         out = []
         for version in range(1, trials + 1):
             written.clear()

@@ -7,7 +7,8 @@ human line per figure and, last, one JSON object.
   10,000 / 100,000 Mounted pod-volumes with nothing to do (median of 200).
   A pass looks at the volumes marked dirty since the last one (desired
   changes, finished operations, refused retries); on an idle node that is
-  none. Also reported: full_pass_ms_10k / _100k (median of 101), a pass that
+  none. Also reported: full_pass_ms_10k / _100k (median of 101;
+  screen_verify_ms_* is the entry-by-entry check every 30th screen adds), a pass that
   screens every volume and handles the ones with work (what the engine runs
   every `full_resync_period`, 10 s by default; the kubelet walks everything
   every 100 ms), and full_pass_ratio_100k_10k, the one over the other in the
@@ -219,6 +220,7 @@ async def idle_child(path: Path, n: int) -> dict[str, float]:
     rss = rss_mb()
     idle = time_ms(engine.reconciler.reconcile, 200)
     full = time_ms(engine.reconciler.full_pass, 101)
+    verify = time_ms(engine.reconciler.columns.repair, 5)  # every VERIFY_EVERY-th screen
     seq = log.last_seq()
     await engine.stop()
     assert log.last_seq() == seq, "an idle engine recorded something"
@@ -226,6 +228,7 @@ async def idle_child(path: Path, n: int) -> dict[str, float]:
     return {
         "idle_ms": statistics.median(idle),
         "full_ms": statistics.median(full),
+        "verify_ms": statistics.median(verify),
         "start_s": start_s,
         "rss_mb": rss,
         "rss_before_engine_mb": base,
@@ -382,6 +385,7 @@ def main() -> None:
         result[f"reconcile_idle_ms_{tag}"] = round(child["idle_ms"], 4)
         result[f"full_pass_ms_{tag}"] = round(child["full_ms"], 4)
         full_ms[tag] = child["full_ms"]
+        result[f"screen_verify_ms_{tag}"] = round(child["verify_ms"], 2)
         result[f"start_s_{tag}"] = round(child["start_s"], 2)
         result[f"rss_mb_{tag}"] = round(child["rss_mb"], 1)
         print(

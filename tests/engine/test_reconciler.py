@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import msgspec
 
 from projections.asw import Asw
-from volfsm.engine.reconciler import VERIFY_EVERY
+from volfsm.engine.reconciler import VERIFY_CHUNK, VERIFY_EVERY
 from volfsm.plugins.scripted import ScriptedPlugin, final, nonfinal
 
 from .conftest import FAST, EngineFactory
@@ -111,7 +112,27 @@ async def test_every_verify_every_th_full_pass_finds_work_whose_screen_byte_went
     found = []
     for _ in range(VERIFY_EVERY):
         found.append(reconciler.full_pass().volumes)
+        await asyncio.sleep(0.01)  # the check runs in parts on the loop
     assert 1 in found  # found within VERIFY_EVERY passes, missed only before the check
     first = found.index(1)
     assert found == [0] * first + [1] * (VERIFY_EVERY - first)
     assert reconciler.columns.stale() == []
+
+
+async def test_the_check_of_the_columns_goes_in_parts_and_repairs_what_it_finds(
+    make_engine: EngineFactory,
+) -> None:
+    plugin = ScriptedPlugin()
+    engine = await make_engine(plugin)
+    objects = []
+    for i in range(VERIFY_CHUNK // 4 + 3):  # more pod-volume keys than one part holds
+        objects += [*pv_set(f"v{i}"), pod(f"pod-{i}", claim_volume("data", f"v{i}"))]
+    await engine.apply(objects)
+    await engine.wait_pod("pod-0", "mounted", timeout=30)
+    await engine.settle(60)
+    columns = engine.reconciler.columns
+    assert len(columns.all_keys()[0]) > VERIFY_CHUNK
+    column = columns.podvols
+    column.bits[column.ids[("pod-1", "data")]] ^= 0xFF
+    assert await engine.reconciler.verify_columns() == ["pod-volume ('pod-1', 'data')"]
+    assert columns.stale() == [] and await engine.reconciler.verify_columns() == []

@@ -23,7 +23,7 @@ is on). The result is the set the per-entry screen gives
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
 from types import SimpleNamespace
@@ -290,24 +290,39 @@ class ScreenColumns:
 
     def stale(self) -> list[str]:
         """Entries whose bits differ from the state ([] when in step)."""
-        keys, vids = self._out_of_step()
-        return [f"pod-volume {key}" for key in keys] + [f"device {vid}" for vid in vids]
+        keys, vids = self.all_keys()
+        return _described(self._stale_podvols(keys), self._stale_devices(vids))
 
     def repair(self) -> list[str]:
         """Check every entry's bits against the state, as the screen did before the columns,
         and set the ones out of step; what was out of step ([] when the events kept them)."""
-        keys, vids = self._out_of_step()
-        if keys or vids:
-            self.touch(keys, vids)
-        return [f"pod-volume {key}" for key in keys] + [f"device {vid}" for vid in vids]
+        keys, vids = self.all_keys()
+        return self.repair_some(keys, vids)
 
-    def _out_of_step(self) -> tuple[list[PodVolumeKey], list[str]]:
-        wanted = self.dsw.desired_entries()
-        keys = {*wanted, *self.asw.podvols, *self.index.held, *self.podvols.ids}
-        stale_keys = [k for k in keys if self._podvol_bits(k) != _bits_of(self.podvols, k)]
-        vids = {*self.asw.devices, *self.devices.ids}
-        stale_vids = [v for v in vids if self._device_bits(v) != _bits_of(self.devices, v)]
-        return stale_keys, stale_vids
+    def all_keys(self) -> tuple[list[PodVolumeKey], list[str]]:
+        """Every pod-volume and device a byte could be kept for (with repeats; C-level copies,
+        so a check can go through them in parts while the state changes)."""
+        keys = [*self.dsw.desired_entries(), *self.asw.podvols, *self.index.held]
+        return [*keys, *self.podvols.ids], [*self.asw.devices, *self.devices.ids]
+
+    def repair_some(self, keys: Sequence[PodVolumeKey], vids: Sequence[str]) -> list[str]:
+        """`repair` for these entries only."""
+        stale_keys, stale_vids = self._stale_podvols(keys), self._stale_devices(vids)
+        if stale_keys or stale_vids:
+            self.touch(stale_keys, stale_vids)
+        return _described(stale_keys, stale_vids)
+
+    def _stale_podvols(self, keys: Iterable[PodVolumeKey]) -> list[PodVolumeKey]:
+        bits, column = self._podvol_bits, self.podvols
+        return list(dict.fromkeys(k for k in keys if bits(k) != _bits_of(column, k)))
+
+    def _stale_devices(self, vids: Iterable[str]) -> list[str]:
+        bits, column = self._device_bits, self.devices
+        return list(dict.fromkeys(v for v in vids if bits(v) != _bits_of(column, v)))
+
+
+def _described(keys: Iterable[PodVolumeKey], vids: Iterable[str]) -> list[str]:
+    return [*(f"pod-volume {k}" for k in keys), *(f"device {v}" for v in vids)]
 
 
 def _bits_of(column: Column[K], key: K) -> int:

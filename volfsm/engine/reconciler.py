@@ -113,7 +113,9 @@ REASON_UNSTAGE = "no pod holds or wants the volume"
 
 VERIFY_EVERY = 30
 """Every this many screens (5 min at the 10 s full resync) the columns are checked entry by
-entry against the state before the sweep."""
+entry against the state."""
+VERIFY_CHUNK = 2000
+"""Entries checked between two turns of the event loop (a few ms)."""
 
 
 class Reconciler:
@@ -168,6 +170,7 @@ class Reconciler:
         self.columns = ScreenColumns(asw, dsw, index)
         """The screen's facts, a byte per pod-volume and device (the engine keeps them)."""
         self._screens = 0
+        self._verifying: asyncio.Task[list[str]] | None = None
         self.rwop = RwopGuard(dsw, index)
         """Holds back mounts of a ReadWriteOncePod volume another pod uses."""
         self.orphan_cleanup: Callable[[], None] | None = None
@@ -197,22 +200,49 @@ class Reconciler:
     def mark_all_dirty(self) -> None:
         """Look, on the next pass, at every volume a full pass would act on (see `screen`).
 
-        Every `VERIFY_EVERY`-th time the screen's facts are first checked
-        against the state entry by entry (`ScreenColumns.repair`): the events
-        keep them in step, and this keeps the full pass a check that does
-        not rest on that alone.
+        Every `VERIFY_EVERY`-th time the screen's facts are also checked
+        against the state entry by entry (`verify_columns`), in parts between
+        which the event loop runs: the events keep them in step, and this
+        keeps the full pass a check that does not rest on that alone.
         """
         self._screens += 1
-        if self._screens % VERIFY_EVERY == 0:
-            stale = self.columns.repair()
-            if stale:
-                log.warning(
-                    "the full screen's facts were out of step with the state for {} entries "
-                    "(set again from the state): {}",
-                    len(stale),
-                    ", ".join(stale[:5]),
-                )
+        if self._screens % VERIFY_EVERY == 0 and self._verifying is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop (tools): all at once
+                self._report_stale(self.columns.repair())
+            else:
+                self._verifying = loop.create_task(self.verify_columns())
         self.mark_many_dirty(self.screen())
+
+    async def verify_columns(self) -> list[str]:
+        """Check every byte of the screen's columns against the state, `VERIFY_CHUNK` entries
+        at a time; set those out of step and look at their volumes. What was out of step."""
+        try:
+            keys, vids = self.columns.all_keys()
+            stale: list[str] = []
+            for i in range(0, len(keys), VERIFY_CHUNK):
+                stale += self.columns.repair_some(keys[i : i + VERIFY_CHUNK], ())
+                await asyncio.sleep(0)
+            for i in range(0, len(vids), VERIFY_CHUNK):
+                stale += self.columns.repair_some((), vids[i : i + VERIFY_CHUNK])
+                await asyncio.sleep(0)
+            self._report_stale(stale)
+            return stale
+        finally:
+            self._verifying = None
+
+    def _report_stale(self, stale: list[str]) -> None:
+        if not stale:
+            return
+        log.warning(
+            "the full screen's facts were out of step with the state for {} entries "
+            "(set again from the state): {}",
+            len(stale),
+            ", ".join(stale[:5]),
+        )
+        self.mark_many_dirty(self.screen())
+        self.wake()
 
     def screen(self) -> set[str]:
         """Every volume on which some phase has something to do: the full pass, cheaply.
@@ -580,6 +610,8 @@ class Reconciler:
         self._stopping = True
         if self._grace is not None:
             self._grace.cancel()
+        if self._verifying is not None:
+            self._verifying.cancel()
         self._wake.set()
 
     async def wait_cleanup(self) -> None:

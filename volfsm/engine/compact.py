@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from projections.asw import Asw, OperationRecord
+from projections.asw import Asw, OperationRecord, PodVolumeState
 from volfsm.engine.index import EngineIndex, PodVolumeKey
 
 intern = sys.intern
@@ -31,11 +31,44 @@ intern = sys.intern
 
 def share_state(asw: Asw, entries: Mapping[PodVolumeKey, Any], index: EngineIndex) -> None:
     """Share keys and strings between the ASW, the DSW's `entries` and the index, in place."""
-    vids = _volume_ids(entries)
-    keys = {key: key for key in entries}
-    _share_podvols(asw, keys, vids)
-    _share_devices(asw, vids)
-    _share_holders(index, keys, vids)
+    share = PodVolSharer(entries)
+    _share_podvols(asw, share)
+    _share_devices(asw, share.vids)
+    _share_holders(index, share.keys, share.vids)
+
+
+class PodVolSharer:
+    """Shares pod-volume entries' keys and strings with the DSW's `entries` (as `share_state`)."""
+
+    def __init__(self, entries: Mapping[PodVolumeKey, Any]) -> None:
+        self.keys: dict[PodVolumeKey, PodVolumeKey] = {key: key for key in entries}
+        """DSW key -> itself (the one object each key should be)."""
+        self.vids = _volume_ids(entries)
+
+    def put(
+        self,
+        keys: Iterable[PodVolumeKey],
+        entries: Iterable[PodVolumeState],
+        into: dict[PodVolumeKey, PodVolumeState],
+    ) -> None:
+        """Set each entry's strings to shared copies (in place) and file it in `into`, in
+        order, under the DSW's key tuple (or one with an interned volume name where the DSW
+        has none)."""
+        get_key, get_vid = self.keys.get, self.vids.get
+        for key, pv in zip(keys, entries, strict=True):
+            vid = pv.volume_id
+            pv.volume_id = get_vid(vid, vid)
+            shared = get_key(key) or (key[0], intern(key[1]))
+            if pv.pod_uid == shared[0] and pv.volume_name == shared[1]:
+                pv.pod_uid, pv.volume_name = shared
+            pv.state = intern(pv.state)
+            op = pv.last_operation
+            if op is not None:
+                op.operation = intern(op.operation)
+                op.status = intern(op.status)
+            if pv.last_error is not op:
+                _share_record(pv.last_error)
+            into[shared] = pv
 
 
 def _volume_ids(entries: Mapping[PodVolumeKey, Any]) -> dict[str, str]:
@@ -43,19 +76,10 @@ def _volume_ids(entries: Mapping[PodVolumeKey, Any]) -> dict[str, str]:
     return {dv.volume_id: dv.volume_id for _, dv in entries.values()}
 
 
-def _share_podvols(asw: Asw, keys: dict[PodVolumeKey, PodVolumeKey], vids: dict[str, str]) -> None:
+def _share_podvols(asw: Asw, share: PodVolSharer) -> None:
     podvols = asw.podvols
-    shared = {}
-    for key, pv in podvols.items():
-        pv.volume_id = vids.get(pv.volume_id, pv.volume_id)
-        key = keys.get(key) or (key[0], intern(key[1]))
-        if pv.pod_uid == key[0] and pv.volume_name == key[1]:
-            pv.pod_uid, pv.volume_name = key
-        pv.state = intern(pv.state)
-        _share_record(pv.last_operation)
-        if pv.last_error is not pv.last_operation:
-            _share_record(pv.last_error)
-        shared[key] = pv
+    shared: dict[PodVolumeKey, PodVolumeState] = {}
+    share.put(podvols.keys(), podvols.values(), shared)
     podvols.clear()
     podvols.update(shared)
 

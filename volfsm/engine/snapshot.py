@@ -223,7 +223,7 @@ def fold_log(
     if split_over is not None and not asw.podvols:
         end = until if until is not None else log_.last_seq()
         if end - after >= split_over:
-            return fold_split(log_, asw, hooks, after, end)
+            return fold_split(log_, asw, hooks, after, end, shared_with=dsw.desired_entries())
     with log_.scan_fold(after, until) as rows:
         last, count = asw.fold_rows(rows, hooks)
     return (last if count else after), count

@@ -27,15 +27,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from loguru import logger
 
 from events.log import EventLog
 from events.streams import PODVOL_PREFIX
 from events.types import EVENT_TYPES
-from projections.asw import Asw, Hook
+from projections.asw import Asw, Hook, PodVolumeState
 from projections.podvolfold import fold_podvols
-from projections.snapshot import decode_asw
+from projections.snapshot import read_podvol_part
+from volfsm.engine.compact import PodVolSharer
+from volfsm.engine.index import PodVolumeKey
 
 SPLIT_OVER = 400_000
 """Smallest number of events a split fold is used for. The child's start (interpreter
@@ -56,10 +59,15 @@ def fold_split(
     until: int,
     *,
     child: list[str] | None = None,
+    shared_with: Mapping[PodVolumeKey, Any] | None = None,
 ) -> tuple[int, int]:
     """Fold (after, until] into an empty-podvols `asw` with `hooks`; (last seq, events).
 
-    `child` replaces the child's command (tests use it to make the child fail).
+    `shared_with`: the DSW's entries (which `hooks` fill); the child's
+    entries are shared with them (`PodVolSharer`) a chunk at a time as they
+    are decoded, so the decoded copies are freed before the next chunk
+    reuses their memory. `child` replaces the child's command (tests use it
+    to make the child fail).
     """
     if asw.podvols:
         raise ValueError("a split fold needs an ASW without pod-volume entries")
@@ -86,22 +94,25 @@ def fold_split(
         ) as rows:
             asw.fold_rows(rows, hooks, with_podvols=False)
         wait_s = max(CHILD_WAIT_MIN_S, 4 * (time.monotonic() - started))
-        part = _child_result(proc, wait_s) if proc is not None else None
+        out = _child_output(proc, wait_s) if proc is not None else None
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
-    if part is None:
+    share = PodVolSharer(shared_with) if shared_with is not None else None
+    last = _take_part(out, asw.podvols, share) if out is not None else None
+    if last is None:
         part = fold_podvols(log_, after, until)
-    asw.podvols.update(part.podvols)
-    if part.last_seq > asw.last_seq:
-        asw.last_seq, asw.last_ts = part.last_seq, part.last_ts
+        asw.podvols.update(part.podvols)
+        last = part.last_seq, part.last_ts
+    if last[0] > asw.last_seq:
+        asw.last_seq, asw.last_ts = last
     count = log_.count_between(after, until)
     return (asw.last_seq if count else after), count
 
 
-def _child_result(proc: subprocess.Popen[bytes], wait_s: float) -> Asw | None:
-    """The child's pod-volume part within `wait_s`, or None (and a warning saying why)."""
+def _child_output(proc: subprocess.Popen[bytes], wait_s: float) -> bytes | None:
+    """The child's output within `wait_s`, or None (and a warning saying why)."""
     try:
         out, err = proc.communicate(timeout=wait_s)
     except subprocess.TimeoutExpired:
@@ -119,12 +130,29 @@ def _child_result(proc: subprocess.Popen[bytes], wait_s: float) -> Asw | None:
             tail[0],
         )
         return None
+    return out
+
+
+def _take_part(
+    out: bytes, podvols: dict[PodVolumeKey, PodVolumeState], share: PodVolSharer | None
+) -> tuple[int, int] | None:
+    """Put the child's entries into `podvols`, in order; its (last seq, last ts).
+
+    None (`podvols` left empty, and a warning) if `out` is unreadable.
+    """
     try:
-        return decode_asw(out)
-    except Exception as exc:  # msgspec.DecodeError, a bad struct: never trust it
+        head, chunks = read_podvol_part(out)
+        for chunk in chunks:
+            if share is None:
+                podvols.update(zip(chunk.keys, chunk.entries, strict=True))
+            else:
+                share.put(chunk.keys, chunk.entries, podvols)
+    except Exception as exc:  # msgspec.DecodeError, a bad frame or struct: never trust it
+        podvols.clear()
         _logger.warning(
             "split replay: the pod-volume fold sent {} unreadable bytes ({}); folding it here",
             len(out),
             exc,
         )
         return None
+    return head.last_seq, head.last_ts

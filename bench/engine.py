@@ -27,6 +27,8 @@ human line per figure and, last, one JSON object.
   stage, publish - five durable events each.
 * rss_mb_100k: resident memory of a process whose engine holds 100,000
   Mounted pod-volumes (log folded at start); start_s_100k: that fold.
+  rss_mb_100k_snapshot / start_s_100k_snapshot: the same engine restarted
+  in a fresh process from the snapshot its clean stop wrote (a normal restart).
 * fsgroup_files_per_s: the fsGroup ownership pass (volfsm.node.ownership)
   over a tree of 100,000 files; fsgroup_ratio: its time over ``chown -R`` +
   ``chmod -R g+rwX`` of an identical tree in the same run (bench/fsgroup.py).
@@ -235,6 +237,26 @@ async def idle_child(path: Path, n: int) -> dict[str, float]:
     }
 
 
+async def snapshot_child(path: Path, n: int) -> dict[str, float]:
+    """Start an engine from the snapshot a clean stop wrote; its start time and memory."""
+    gc.collect()
+    log = EventLog(path, node="bench")
+    config = EngineConfig(reconcile_period=0.1, full_resync_period=3600)
+    engine = VolumeEngine(log, path.parent / "root", catalog(InstantPlugin()), config)
+    t0 = time.perf_counter()
+    await engine.start()
+    start_s = time.perf_counter() - t0
+    startup = engine.snapshots.startup
+    assert startup is not None and startup.snapshot is not None, "no snapshot was used"
+    await engine.settle(timeout=600)
+    assert sum(1 for pv in engine.asw.podvols.values() if pv.state == "Mounted") == n
+    gc.collect()
+    rss = rss_mb()
+    await engine.stop()
+    log.close()
+    return {"start_s": start_s, "rss_mb": rss}
+
+
 # ------------------------------------------------------------- reaction, mounts
 
 
@@ -335,18 +357,28 @@ async def mounts(pods: int, per_pod: int, chunk: int = 100) -> dict[str, float]:
 # ----------------------------------------------------------------------- main
 
 
-def run_child(n: int) -> dict[str, float]:
-    """Populate a log in one child process, then measure an engine on it in a fresh one."""
+def run_child(n: int, restart: bool = False) -> dict[str, float]:
+    """Populate a log in one child process, then measure an engine on it in a fresh one;
+    with `restart`, also one started from the snapshot that engine's stop wrote (keys
+    `snapshot_start_s`, `snapshot_rss_mb`)."""
+    modes = ["--child-populate", "--child-idle"] + (["--child-snapshot"] if restart else [])
+    results: list[dict[str, float]] = []
     with scratch("volfsm-bench-engine-") as tmp:
         log = str(Path(tmp) / "volfsm.db")
-        for mode in ("--child-populate", "--child-idle"):
+        for mode in modes:
             out = subprocess.run(
                 [sys.executable, __file__, mode, log, str(n)],
                 check=True,
                 capture_output=True,
                 text=True,
             )
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+            if mode != "--child-populate":
+                results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    result = dict(results[0])
+    if restart:
+        result["snapshot_start_s"] = results[1]["start_s"]
+        result["snapshot_rss_mb"] = results[1]["rss_mb"]
+    return result
 
 
 def scale_targets(result: dict[str, Any]) -> dict[str, bool]:
@@ -358,6 +390,7 @@ def scale_targets(result: dict[str, Any]) -> dict[str, bool]:
         "full_pass_ms_10k<=10": result["full_pass_ms_10k"] <= 10,
         "full_pass_ratio_100k_10k<=12": result["full_pass_ratio_100k_10k"] <= 12,
         "rss_mb_100k<=400": result["rss_mb_100k"] <= 400,
+        "rss_mb_100k_snapshot<=400": result["rss_mb_100k_snapshot"] <= 400,
     }
 
 
@@ -369,6 +402,7 @@ def main() -> None:
     )
     parser.add_argument("--child-populate", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--child-idle", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--child-snapshot", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_populate:
         asyncio.run(populate_child(Path(args.child_populate[0]), int(args.child_populate[1])))
@@ -377,11 +411,15 @@ def main() -> None:
         path, n = Path(args.child_idle[0]), int(args.child_idle[1])
         print(json.dumps(asyncio.run(idle_child(path, n))))
         return
+    if args.child_snapshot:
+        path, n = Path(args.child_snapshot[0]), int(args.child_snapshot[1])
+        print(json.dumps(asyncio.run(snapshot_child(path, n))))
+        return
     small, large = (2_000, 20_000) if args.quick else (10_000, 100_000)
     result: dict[str, Any] = {}
     full_ms: dict[str, float] = {}
     for n, tag in ((small, "10k"), (large, "100k")):
-        child = run_child(n)
+        child = run_child(n, restart=tag == "100k")
         result[f"reconcile_idle_ms_{tag}"] = round(child["idle_ms"], 4)
         result[f"full_pass_ms_{tag}"] = round(child["full_ms"], 4)
         full_ms[tag] = child["full_ms"]
@@ -394,6 +432,13 @@ def main() -> None:
             f"RSS {child['rss_mb']:.0f} MB (process before the engine: "
             f"{child['rss_before_engine_mb']:.0f} MB)"
         )
+        if "snapshot_rss_mb" in child:
+            result[f"start_s_{tag}_snapshot"] = round(child["snapshot_start_s"], 2)
+            result[f"rss_mb_{tag}_snapshot"] = round(child["snapshot_rss_mb"], 1)
+            print(
+                f"{n:>7} restarted from its snapshot: start {child['snapshot_start_s']:.2f} s, "
+                f"RSS {child['snapshot_rss_mb']:.0f} MB"
+            )
     ratio = full_ms["100k"] / max(full_ms["10k"], 1e-6)
     result["full_pass_ratio_100k_10k"] = round(ratio, 2)
     print(f"full pass 100k / 10k: {ratio:.1f} x (10x the pod-volumes; target <= 12 x)")

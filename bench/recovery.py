@@ -347,12 +347,16 @@ def engine_snapshot(db: Path, work: Path) -> dict[str, Any]:
 
 def snapshot_body_size(db: Path) -> int:
     """Uncompressed size of the newest engine snapshot."""
-    from volfsm.engine.snapshot import decode_state
+    from projections.asw import Asw
+    from volfsm.desired.dsw import DesiredStateOfWorld
+    from volfsm.engine.index import EngineIndex
+    from volfsm.engine.snapshot import decode_state, install_state
 
     with EventLog(db, readonly=True) as log:
         header = log.snapshots.headers(KIND)[0]
         body = log.snapshots.load(header)
-    decode_state(body)  # it decodes
+    dsw = DesiredStateOfWorld(lambda s, m: None)
+    install_state(decode_state(body), Asw(), dsw, EngineIndex(dsw))  # it decodes
     return len(zlib.decompress(body))
 
 

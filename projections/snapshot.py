@@ -152,7 +152,7 @@ def encode_podvol_part(asw: Asw, chunk: int = PART_CHUNK) -> bytes:
     return b"".join(len(frame).to_bytes(_LENGTH, "big") + frame for frame in frames)
 
 
-def read_podvol_part(data: bytes) -> tuple[PodVolPartHead, Iterator[PodVolChunk]]:
+def read_podvol_part(data: bytes | memoryview) -> tuple[PodVolPartHead, Iterator[PodVolChunk]]:
     """The head of an `encode_podvol_part` and its chunks, each decoded when it is reached.
 
     Raises `msgspec.DecodeError` (or `ValueError` for a bad frame or trailing

@@ -21,9 +21,10 @@ import pytest
 
 from events.log import EventLog
 from volfsm.engine.snapshot import (
+    FORMAT_VERSION,
     KIND,
-    EngineState,
     SnapshotPolicy,
+    decode_state,
     encode_state,
     install_state,
     restore,
@@ -141,7 +142,7 @@ def hash_mismatch(path: Path) -> None:
 
 
 def newer_format(path: Path) -> None:
-    _sql(path, ("UPDATE snapshots SET format_version = 2 WHERE seq = ?", (NEW,)))
+    _sql(path, ("UPDATE snapshots SET format_version = ? WHERE seq = ?", (FORMAT_VERSION + 1, NEW)))
 
 
 def other_fold_code(path: Path) -> None:
@@ -162,6 +163,13 @@ def state_of_another_seq(path: Path) -> None:
     _set_body(path, zlib.compress(other))
 
 
+def podvol_part_cut_short(path: Path) -> None:
+    """A good first part, the pod-volume part's last chunk cut: found once the rest is in."""
+    with EventLog(path, readonly=True) as log:
+        body = encode_state(*full_fold(log, until=NEW), seq=NEW)
+    _set_body(path, zlib.compress(body[:-3]))
+
+
 def wrong_shape(path: Path) -> None:
     _set_body(path, zlib.compress(msgspec.msgpack.encode({"seq": NEW, "asw": [1, 2]})))
 
@@ -173,11 +181,16 @@ CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("wrong-seq", wrong_seq, "is not the one the snapshot was taken after"),
     ("seq-past-end", seq_past_the_end, "but the log ends at seq"),
     ("hash-mismatch", hash_mismatch, "is not the one the snapshot was taken after"),
-    ("newer-format", newer_format, "format version 2, this build reads 1"),
+    (
+        "newer-format",
+        newer_format,
+        f"format version {FORMAT_VERSION + 1}, this build reads {FORMAT_VERSION}",
+    ),
     ("other-fold-code", other_fold_code, "written by a build with other fold code"),
     ("garbage-body", garbage_with_good_checksum, "body does not decode"),
     ("not-zlib", not_zlib, "body does not decode"),
     ("wrong-shape", wrong_shape, "body does not decode"),
+    ("podvol-part-cut-short", podvol_part_cut_short, "body does not decode"),
     ("body-of-other-seq", state_of_another_seq, f"body is the state at seq {NEW - 10}"),
 ]
 
@@ -266,9 +279,7 @@ def test_keep_prunes_old_snapshots_and_orphan_chunks(log_path: Path) -> None:
 def test_decoded_state_is_what_was_encoded(log_path: Path) -> None:
     with EventLog(log_path, readonly=True) as log:
         header = log.snapshots.headers(KIND)[0]
-        state = msgspec.msgpack.decode(
-            zlib.decompress(log.snapshots.load(header)), type=EngineState
-        )
+        state = decode_state(log.snapshots.load(header))
         assert state.seq == header.seq == NEW
         parts = fresh_parts()
         install_state(state, *parts)

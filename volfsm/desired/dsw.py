@@ -333,6 +333,7 @@ class DesiredStateOfWorld:
         self._by_volume = {}
         for pod in snap.pods:
             uid = pod.pod_uid
+            _share_strings(pod)
             pods[uid] = pod
             for vol in pod.volumes:
                 self._entries[(uid, vol.name)] = (pod, vol)

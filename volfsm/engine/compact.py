@@ -33,6 +33,13 @@ def share_state(asw: Asw, entries: Mapping[PodVolumeKey, Any], index: EngineInde
     """Share keys and strings between the ASW, the DSW's `entries` and the index, in place."""
     share = PodVolSharer(entries)
     _share_podvols(asw, share)
+    share_devices_and_holders(asw, index, share)
+
+
+def share_devices_and_holders(asw: Asw, index: EngineIndex, share: PodVolSharer) -> None:
+    """`share_state` of the ASW's devices and the index's holders alone (a snapshot's
+    restore runs it before decoding the pod-volume entries, which then reuse the memory
+    of the copies it frees)."""
     _share_devices(asw, share.vids)
     _share_holders(index, share.keys, share.vids)
 

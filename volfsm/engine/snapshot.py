@@ -19,6 +19,14 @@ copy); a chunk is missing or the sha256 does not match; the body does not
 decode. The next older one is tried, then a full replay. A good snapshot
 plus the tail folds to exactly what the full replay gives (tests/snapshot).
 
+The body holds each object once and is decoded in parts, so that a start
+from a snapshot needs no more memory than a start from the log: first
+everything but the ASW's pod-volume entries, where the ASW's desired pods
+are the uids of the DSW's pods (a pod only the ASW holds is stored on its
+own); then the pod-volume entries in chunks (`encode_podvol_part`), each
+chunk's strings replaced by the DSW's copies (`PodVolSharer`) before the
+next is decoded, as the split fold does with its child's entries.
+
 While running, `volfsm.engine.snapshotter.EngineSnapshots` takes a snapshot
 every `SnapshotPolicy.every_events` events, or after `every_s` seconds once
 at least `min_events` happened, and at a clean stop.
@@ -31,6 +39,7 @@ volumes: it forgets them once they are cleaned up, which is not logged.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import hashlib
 import importlib
@@ -48,10 +57,17 @@ from loguru import logger
 
 from events.log import EventLog
 from events.snapshots import SnapshotError, SnapshotHeader
-from events.types import EVENT_TYPES
+from events.types import EVENT_TYPES, PodAdded
 from projections.asw import Asw, Hook
-from projections.snapshot import AswSnapshot, restore_asw, snapshot_asw
+from projections.snapshot import (
+    AswSnapshot,
+    encode_podvol_part,
+    read_podvol_part,
+    restore_asw,
+    snapshot_asw,
+)
 from volfsm.desired.dsw import DesiredStateOfWorld, DswSnapshot
+from volfsm.engine.compact import PodVolSharer, share_devices_and_holders
 from volfsm.engine.index import EngineIndex, IndexSnapshot
 from volfsm.engine.splitfold import SPLIT_OVER, fold_split
 
@@ -60,8 +76,9 @@ _logger = logger
 KIND = "volfsm.engine-state"
 """The snapshot kind the engine writes and reads."""
 
-FORMAT_VERSION = 1
-"""1: zlib(msgpack(EngineState)). Bump on any change of the body's layout."""
+FORMAT_VERSION = 2
+"""2: zlib(length-prefixed msgpack(EngineState), then the ASW's `encode_podvol_part`);
+1: zlib(msgpack of the whole state at once). Bump on any change of the body's layout."""
 
 FOLD_MODULES = (
     "events.types",
@@ -129,38 +146,115 @@ class SnapshotPolicy:
 
 
 class EngineState(msgspec.Struct, array_like=True, frozen=True):
-    """The body of an engine snapshot (before zlib)."""
+    """The first part of an engine snapshot's body: all but the ASW's pod-volume entries."""
 
     seq: int
     asw: AswSnapshot
+    """The ASW without its pod-volume entries and desired pods."""
     dsw: DswSnapshot
     index: IndexSnapshot
+    desired_pods: list[str] = []
+    """The uids of the ASW's desired pods, in order (each is the DSW's pod of that uid,
+    unless it is in `own_desired_pods`)."""
+    own_desired_pods: list[PodAdded] = []
+    """The ASW's desired pods the DSW does not hold (a pod the DSW holds as pending)."""
+
+
+class _Seq(msgspec.Struct, array_like=True, frozen=True):
+    """The first field of an `EngineState` alone (the decoder skips the others)."""
+
+    seq: int
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """A snapshot body, decompressed and cut in its two parts (decoded by `install_state`)."""
+
+    seq: int
+    """The seq of the event the state was taken after."""
+    head: memoryview
+    """msgpack of an `EngineState`."""
+    podvols: memoryview
+    """An `encode_podvol_part`."""
 
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(EngineState)
+_seq_decoder = msgspec.msgpack.Decoder(_Seq)
+_LENGTH = 4
+"""Bytes of the big-endian length of the first part of a body."""
 
 
 def encode_state(asw: Asw, dsw: DesiredStateOfWorld, index: EngineIndex, seq: int) -> bytes:
-    """msgpack of the three folds after event `seq` (uncompressed; cheap to call on the loop)."""
-    state = EngineState(
-        seq=seq, asw=snapshot_asw(asw), dsw=dsw.export_state(), index=index.export_state()
+    """The body of a snapshot of the three folds after event `seq` (uncompressed; cheap
+    enough to call on the loop)."""
+    pods = dsw.pods
+    own = [pod for uid, pod in asw.desired_pods.items() if not _same(pods.get(uid), pod)]
+    rest = dataclasses.replace(asw, podvols={}, desired_pods={})
+    head = _encoder.encode(
+        EngineState(
+            seq=seq,
+            asw=snapshot_asw(rest),
+            dsw=dsw.export_state(),
+            index=index.export_state(),
+            desired_pods=list(asw.desired_pods),
+            own_desired_pods=own,
+        )
     )
-    return _encoder.encode(state)
+    return len(head).to_bytes(_LENGTH, "big") + head + encode_podvol_part(asw)
 
 
-def decode_state(body: bytes) -> EngineState:
-    """The state in a stored (zlib) body; zlib.error or msgspec.DecodeError if it is not one."""
-    return _decoder.decode(zlib.decompress(body))
+def _same(dsw_pod: PodAdded | None, pod: PodAdded) -> bool:
+    """Whether the DSW's pod can stand for the ASW's (the same object, or an equal one)."""
+    return dsw_pod is pod or (dsw_pod is not None and dsw_pod == pod)
+
+
+def decode_state(body: bytes) -> StoredState:
+    """The state in a stored (zlib) body, its parts still encoded but for the seq;
+    zlib.error, msgspec.DecodeError or ValueError if it is not one."""
+    view = memoryview(zlib.decompress(body))
+    end = _LENGTH + int.from_bytes(view[:_LENGTH], "big")
+    if len(view) < _LENGTH or end > len(view):
+        raise ValueError("the body's first part runs past its end")
+    head = view[_LENGTH:end]
+    return StoredState(_seq_decoder.decode(head).seq, head, view[end:])
 
 
 def install_state(
-    state: EngineState, asw: Asw, dsw: DesiredStateOfWorld, index: EngineIndex
+    stored: StoredState, asw: Asw, dsw: DesiredStateOfWorld, index: EngineIndex
 ) -> None:
-    """Put a decoded state into the engine's (existing) ASW, DSW and index objects."""
-    restore_asw(state.asw, into=asw)
-    dsw.restore_state(state.dsw)
-    index.restore_state(state.index)
+    """Decode a stored state into the engine's (existing) ASW, DSW and index objects.
+
+    First all but the pod-volume entries; the devices and holders then
+    share the DSW's strings, and the decoded first part is dropped, before
+    the pod-volume entries are decoded a chunk at a time, sharing the DSW's
+    keys and strings: each step reuses the memory of the copies the one
+    before freed. If a part does not decode (msgspec.DecodeError,
+    ValueError), ASW, DSW and index are left empty and the error raised.
+    """
+    try:
+        state = _decoder.decode(stored.head)
+        restore_asw(state.asw, into=asw)
+        dsw.restore_state(state.dsw)
+        index.restore_state(state.index)
+        pods, own = dsw.pods, {pod.pod_uid: pod for pod in state.own_desired_pods}
+        asw.desired_pods.update((uid, own.get(uid) or pods[uid]) for uid in state.desired_pods)
+        del state, own
+        share = PodVolSharer(dsw.desired_entries())
+        share_devices_and_holders(asw, index, share)
+        _, chunks = read_podvol_part(stored.podvols)
+        for chunk in chunks:
+            share.put(chunk.keys, chunk.entries, asw.podvols)
+    except Exception:
+        _install_empty(asw, dsw, index)
+        raise
+
+
+def _install_empty(asw: Asw, dsw: DesiredStateOfWorld, index: EngineIndex) -> None:
+    """ASW, DSW and index as before any event (what a full replay starts from)."""
+    restore_asw(AswSnapshot(Asw()), into=asw)
+    dsw.restore_state(DswSnapshot())
+    index.restore_state(IndexSnapshot())
 
 
 def fold_hooks(dsw: DesiredStateOfWorld, index: EngineIndex) -> dict[type, Hook]:
@@ -339,6 +433,29 @@ def _check_header(header: SnapshotHeader) -> str:
     return ""
 
 
+def _load(
+    log_: EventLog,
+    header: SnapshotHeader,
+    asw: Asw,
+    dsw: DesiredStateOfWorld,
+    index: EngineIndex,
+) -> str:
+    """Install the snapshot of `header` into ASW, DSW and index; "" if it was, else why not
+    (and the three left empty)."""
+    try:
+        stored = decode_state(log_.snapshots.load(header))
+        if stored.seq != header.seq:
+            return f"{header.describe()}: body is the state at seq {stored.seq}"
+        install_state(stored, asw, dsw, index)
+    except SnapshotError as exc:
+        return str(exc)
+    except (zlib.error, msgspec.DecodeError, ValueError) as exc:
+        return f"{header.describe()}: body does not decode ({exc})"
+    except Exception as exc:  # sqlite3 errors and the like: try the next one
+        return f"{header.describe()}: cannot be read ({exc!r})"
+    return ""
+
+
 def restore(
     log_: EventLog,
     asw: Asw,
@@ -361,25 +478,11 @@ def restore(
         else:
             headers, none_reason = [], "snapshots disabled (SnapshotPolicy.restore)"
         for header in headers:
-            why = _check_header(header)
-            state: EngineState | None = None
-            if not why:
-                try:
-                    state = decode_state(log_.snapshots.load(header))
-                except SnapshotError as exc:
-                    why = str(exc)
-                except (zlib.error, msgspec.DecodeError) as exc:
-                    why = f"{header.describe()}: body does not decode ({exc})"
-                except Exception as exc:  # sqlite3 errors and the like: try the next one
-                    why = f"{header.describe()}: cannot be read ({exc!r})"
-            if state is not None and state.seq != header.seq:
-                why = f"{header.describe()}: body is the state at seq {state.seq}"
-                state = None
-            if state is None:
+            why = _check_header(header) or _load(log_, header, asw, dsw, index)
+            if why:
                 _logger.warning("snapshot ignored, not trusted: {}", why)
                 refused.append(why)
                 continue
-            install_state(state, asw, dsw, index)
             used, after = header, header.seq
             break
         decode_s = time.perf_counter() - t0
